@@ -1,0 +1,53 @@
+# The two commands a newcomer needs are `make book` and `make test`; both create .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+PIP    := $(BIN)/python -m pip
+CHAPTERS  := $(sort $(wildcard chapters/[0-9][0-9]_*.md))
+NOTEBOOKS := $(patsubst chapters/%.md,build/notebooks/%.ipynb,$(CHAPTERS))
+JOBS   ?= 2
+
+.PHONY: install test test-unit test-chapters book lab data bench student clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first and exactly pinned: a CPU build where one is offered, never a CUDA download by accident
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e ".[all]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+build/notebooks/%.ipynb: chapters/%.md $(STAMP)
+	@mkdir -p build/notebooks
+	$(BIN)/jupytext --quiet --to ipynb --output $@ $<
+
+# Unit, property, CLI tests and every chapter (FAST mode), two workers.
+test: $(STAMP) $(NOTEBOOKS)
+	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests $(NOTEBOOKS) --nbval-lax --nbval-current-env -p no:cacheprovider
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -n $(JOBS) tests
+
+test-chapters: $(STAMP) $(NOTEBOOKS)
+	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --nbval-lax --nbval-current-env $(NOTEBOOKS)
+
+# Execute every chapter (full size) and build the HTML book into build/book/_build/html.
+book: $(STAMP)
+	$(BIN)/jupyter-book build chapters --path-output build/book -W --keep-going
+	@echo "open build/book/_build/html/index.html"
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab chapters
+
+# Regenerate data/graphs/ byte for byte from the project's own generators and model zoo.
+data: $(STAMP)
+	$(BIN)/python -m devplace_lite.data_build data/graphs
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf build chapters/_build

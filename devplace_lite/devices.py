@@ -1,0 +1,111 @@
+"""Devices: a cluster of identical accelerators and CPU cores, and named accelerator specs.
+
+Devices are numbered ``0..k-1`` for accelerators (named ``acc0..``) and ``k..k+l-1`` for CPU
+cores (named ``cpu0..``). Accelerators have a memory cap; CPU cores have none and pay no
+communication (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .graph import Graph, GraphError
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``accelerators`` devices with ``memory`` bytes each (``inf`` = no cap) and ``cpus`` cores.
+
+    >>> c = Cluster(accelerators=2, cpus=1, memory=16e9)
+    >>> c.names
+    ['acc0', 'acc1', 'cpu0']
+    """
+
+    accelerators: int = 1
+    cpus: int = 0
+    memory: float = math.inf
+
+    def __post_init__(self) -> None:
+        if int(self.accelerators) != self.accelerators or self.accelerators < 0:
+            raise GraphError(f"cluster: accelerators must be a non-negative integer, got {self.accelerators!r}")
+        if int(self.cpus) != self.cpus or self.cpus < 0:
+            raise GraphError(f"cluster: cpus must be a non-negative integer, got {self.cpus!r}")
+        if self.accelerators + self.cpus == 0:
+            raise GraphError("cluster: needs at least one device")
+        if not (self.memory > 0):
+            raise GraphError(f"cluster: memory must be positive, got {self.memory!r}")
+
+    @property
+    def k(self) -> int:
+        return int(self.accelerators)
+
+    @property
+    def l(self) -> int:  # noqa: E743 - the paper's name for the CPU count
+        return int(self.cpus)
+
+    @property
+    def size(self) -> int:
+        return self.k + self.l
+
+    @property
+    def names(self) -> list[str]:
+        return [f"acc{i}" for i in range(self.k)] + [f"cpu{i}" for i in range(self.l)]
+
+    def is_acc(self, d: int) -> bool:
+        return d < self.k
+
+    def device_index(self, name: str) -> int:
+        m = re.fullmatch(r"(acc|cpu)(\d+)", str(name))
+        if not m:
+            raise GraphError(f"unknown device name {name!r} (expected acc0.. or cpu0..)")
+        i = int(m.group(2))
+        if m.group(1) == "acc":
+            if i >= self.k:
+                raise GraphError(f"device {name} does not exist: the cluster has {self.k} accelerator(s)")
+            return i
+        if i >= self.l:
+            raise GraphError(f"device {name} does not exist: the cluster has {self.l} CPU core(s)")
+        return self.k + i
+
+    @classmethod
+    def for_graph(cls, graph: Graph, accelerators: int | None = None, cpus: int | None = None,
+                  memory: float | None = None) -> "Cluster":
+        """A cluster from explicit values, falling back to the graph file's defaults."""
+        d = graph.defaults
+        k = accelerators if accelerators is not None else d.get("accelerators", 1)
+        l_ = cpus if cpus is not None else d.get("cpus", 0)
+        mem = memory if memory is not None else d.get("memory", math.inf)
+        return cls(accelerators=int(k), cpus=int(l_), memory=float(mem))
+
+
+@dataclass(frozen=True)
+class AcceleratorSpec:
+    """Peak numbers of an accelerator, for roofline cost estimates.
+
+    ``flops``: dense FP16/BF16 tensor peak in FLOP/s; ``bandwidth``: memory bandwidth in
+    bytes/s; ``link``: host link bandwidth in bytes/s (PCIe), used for communication costs.
+    """
+
+    name: str
+    flops: float
+    bandwidth: float
+    memory: float
+    link: float
+
+
+# Vendor datasheet peaks (dense tensor-core FP16, HBM bandwidth, host link).
+SPECS: dict[str, AcceleratorSpec] = {
+    "V100": AcceleratorSpec("V100", flops=125e12, bandwidth=900e9, memory=16 * 2**30, link=16e9),
+    "A100": AcceleratorSpec("A100", flops=312e12, bandwidth=1555e9, memory=40 * 2**30, link=32e9),
+    "H100": AcceleratorSpec("H100", flops=989e12, bandwidth=3350e9, memory=80 * 2**30, link=64e9),
+}
+
+
+def spec(name: str) -> AcceleratorSpec:
+    """Look up a named accelerator spec (case-insensitive)."""
+    key = name.upper()
+    if key not in SPECS:
+        raise GraphError(f"unknown accelerator spec {name!r}; known: {', '.join(SPECS)}")
+    return SPECS[key]

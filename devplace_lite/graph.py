@@ -1,0 +1,258 @@
+"""The graph model: a DAG of operators with costs, checked on construction.
+
+One model is used everywhere in the library (see DESIGN.md): node ``v`` has an accelerator
+time ``p_acc`` (ms), a CPU time ``p_cpu`` (ms, or ``None`` when it may not run on a CPU), a
+memory footprint ``memory`` (bytes), a flag ``supported`` (may run on an accelerator), a flag
+``backward`` (training graphs), an optional colocation class ``color`` (nodes of a class share
+a device), and a communication cost ``comm`` (ms): the time to move the node's output between
+a device and host memory, paid once per device that sends or receives it.
+
+`Graph` keeps the nodes in numpy arrays indexed ``0..n-1`` so that evaluators and algorithms
+run vectorised; node ids are strings for the outside world.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+
+class GraphError(ValueError):
+    """A graph, a placement or a file that breaks the model; the message names the culprit."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator (or layer) of the graph.
+
+    Times are milliseconds, memory and bytes are bytes. ``p_cpu=None`` forbids CPU cores;
+    ``supported=False`` forbids accelerators.
+    """
+
+    id: str
+    p_acc: float = 0.0
+    p_cpu: float | None = None
+    memory: float = 0.0
+    comm: float = 0.0
+    supported: bool = True
+    backward: bool = False
+    color: str | None = None
+    name: str = ""
+    out_bytes: float = 0.0
+    flops: float = 0.0
+
+
+def _finite_nonneg(value: Any, node: str, fld: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise GraphError(f"node {node}: field '{fld}' is not a number: {value!r}") from None
+    if not math.isfinite(x):
+        raise GraphError(f"node {node}: field '{fld}' is not finite: {value!r}")
+    if x < 0:
+        raise GraphError(f"node {node}: field '{fld}' is negative: {value!r}")
+    return x
+
+
+@dataclass
+class Graph:
+    """A validated DAG of `Node` objects.
+
+    Parameters
+    ----------
+    nodes : sequence of Node
+        Unique ids.
+    edges : iterable of (source id, target id)
+        Data dependencies; duplicates are merged, self-loops and cycles are errors.
+    name : str
+        A label for tables and plots.
+    defaults : dict
+        Cluster defaults carried by the file: ``accelerators``, ``cpus``, ``memory``.
+    meta : dict
+        Free-form provenance (source file, model, spec).
+
+    Examples
+    --------
+    >>> g = Graph([Node("a", p_acc=1.0, comm=0.5), Node("b", p_acc=2.0)], [("a", "b")])
+    >>> g.n, g.m, list(g.topological_order())
+    (2, 1, [0, 1])
+    """
+
+    nodes: Sequence[Node]
+    edges: Iterable[tuple[str, str]]
+    name: str = "graph"
+    defaults: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.nodes = list(self.nodes)
+        self.index: dict[str, int] = {}
+        for i, v in enumerate(self.nodes):
+            if not isinstance(v.id, str) or not v.id:
+                raise GraphError(f"node #{i}: id must be a non-empty string, got {v.id!r}")
+            if v.id in self.index:
+                raise GraphError(f"node {v.id}: duplicate id")
+            self.index[v.id] = i
+            for fld in ("p_acc", "memory", "comm", "out_bytes", "flops"):
+                _finite_nonneg(getattr(v, fld), v.id, fld)
+            if v.p_cpu is not None:
+                _finite_nonneg(v.p_cpu, v.id, "p_cpu")
+            if not v.supported and v.p_cpu is None:
+                raise GraphError(f"node {v.id}: allowed on no device (unsupported on accelerators, no p_cpu)")
+        pairs: set[tuple[int, int]] = set()
+        for e in self.edges:
+            try:
+                s, t = e
+            except (TypeError, ValueError):
+                raise GraphError(f"edge {e!r}: expected a (source, target) pair") from None
+            if s not in self.index:
+                raise GraphError(f"edge {s} -> {t}: unknown source node {s}")
+            if t not in self.index:
+                raise GraphError(f"edge {s} -> {t}: unknown target node {t}")
+            if s == t:
+                raise GraphError(f"edge {s} -> {t}: self-loop on node {s}")
+            pairs.add((self.index[s], self.index[t]))
+        ordered = sorted(pairs)
+        self.src = np.array([p[0] for p in ordered], dtype=np.int64)
+        self.dst = np.array([p[1] for p in ordered], dtype=np.int64)
+        self.edges = [(self.nodes[s].id, self.nodes[t].id) for s, t in ordered]
+        self.p_acc = np.array([v.p_acc for v in self.nodes], dtype=float)
+        self.p_cpu = np.array([np.nan if v.p_cpu is None else v.p_cpu for v in self.nodes], dtype=float)
+        self.memory = np.array([v.memory for v in self.nodes], dtype=float)
+        self.comm = np.array([v.comm for v in self.nodes], dtype=float)
+        self.out_bytes = np.array([v.out_bytes for v in self.nodes], dtype=float)
+        self.supported = np.array([v.supported for v in self.nodes], dtype=bool)
+        self.backward = np.array([v.backward for v in self.nodes], dtype=bool)
+        self._check_acyclic()
+
+    # -- sizes and adjacency -------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def m(self) -> int:
+        return len(self.src)
+
+    @property
+    def ids(self) -> list[str]:
+        return [v.id for v in self.nodes]
+
+    @cached_property
+    def succ(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in range(self.n)]
+        for s, t in zip(self.src.tolist(), self.dst.tolist()):
+            out[s].append(t)
+        return out
+
+    @cached_property
+    def pred(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in range(self.n)]
+        for s, t in zip(self.src.tolist(), self.dst.tolist()):
+            out[t].append(s)
+        return out
+
+    @property
+    def is_training(self) -> bool:
+        return bool(self.backward.any())
+
+    def _check_acyclic(self) -> None:
+        order = self._kahn()
+        if len(order) < self.n:
+            left = set(range(self.n)) - set(order)
+            # walk predecessors inside the leftover set until a node repeats: it lies on a cycle
+            v = min(left)
+            seen: list[int] = []
+            while v not in seen:
+                seen.append(v)
+                v = next(u for u in self.pred[v] if u in left)
+            cycle = seen[seen.index(v):][::-1]
+            names = " -> ".join(self.nodes[u].id for u in cycle + [cycle[0]])
+            raise GraphError(f"graph has a cycle through node {self.nodes[v].id}: {names}")
+        self._topo = np.array(order, dtype=np.int64)
+
+    def _kahn(self) -> list[int]:
+        indeg = np.bincount(self.dst, minlength=self.n).tolist()
+        stack = [v for v in range(self.n - 1, -1, -1) if indeg[v] == 0]
+        order: list[int] = []
+        while stack:
+            v = stack.pop()
+            order.append(v)
+            for w in reversed(self.succ[v]):
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    stack.append(w)
+        return order
+
+    def topological_order(self) -> np.ndarray:
+        """A fixed topological order of node indices (deterministic for a given graph)."""
+        return self._topo.copy()
+
+    # -- derived quantities ----------------------------------------------------------------
+    @cached_property
+    def units(self) -> np.ndarray:
+        """Unit index of each node: nodes of one colour class form one unit, others their own."""
+        label: dict[Any, int] = {}
+        out = np.empty(self.n, dtype=np.int64)
+        for i, v in enumerate(self.nodes):
+            key = ("c", v.color) if v.color is not None else ("n", i)
+            out[i] = label.setdefault(key, len(label))
+        return out
+
+    def total_work(self) -> float:
+        """Sum of accelerator times (CPU times for nodes no accelerator may run)."""
+        return float(np.where(self.supported, self.p_acc, np.nan_to_num(self.p_cpu)).sum())
+
+    def node(self, node_id: str) -> Node:
+        try:
+            return self.nodes[self.index[node_id]]
+        except KeyError:
+            raise GraphError(f"unknown node {node_id}") from None
+
+    def subgraph(self, keep: Iterable[int], name: str | None = None) -> "Graph":
+        """The induced subgraph on the given node indices."""
+        ks = sorted(set(int(i) for i in keep))
+        kept = set(ks)
+        edges = [(self.nodes[s].id, self.nodes[t].id) for s, t in zip(self.src.tolist(), self.dst.tolist())
+                 if s in kept and t in kept]
+        return Graph([self.nodes[i] for i in ks], edges, name=name or self.name,
+                     defaults=dict(self.defaults), meta=dict(self.meta))
+
+    def with_nodes(self, nodes: Sequence[Node], name: str | None = None) -> "Graph":
+        """The same edges with replaced node records (same ids, same order)."""
+        return Graph(nodes, self.edges, name=name or self.name, defaults=dict(self.defaults), meta=dict(self.meta))
+
+    # -- networkx interop ------------------------------------------------------------------
+    def to_networkx(self):
+        """A `networkx.DiGraph` whose node attributes are the `Node` fields."""
+        import networkx as nx
+
+        g = nx.DiGraph(name=self.name, defaults=dict(self.defaults), meta=dict(self.meta))
+        for v in self.nodes:
+            attrs = dict(v.__dict__)
+            attrs.pop("id")
+            g.add_node(v.id, **attrs)
+        g.add_edges_from(self.edges)
+        return g
+
+    @classmethod
+    def from_networkx(cls, g, name: str | None = None) -> "Graph":
+        """Build from a `networkx.DiGraph` whose node attributes use the `Node` field names."""
+        allowed = set(Node.__dataclass_fields__) - {"id"}
+        nodes = []
+        for v, attrs in g.nodes(data=True):
+            unknown = set(attrs) - allowed
+            if unknown:
+                raise GraphError(f"node {v}: unknown attribute(s) {sorted(unknown)}")
+            nodes.append(Node(id=str(v), **attrs))
+        edges = [(str(s), str(t)) for s, t in g.edges()]
+        return cls(nodes, edges, name=name or g.graph.get("name", "graph"),
+                   defaults=dict(g.graph.get("defaults", {})), meta=dict(g.graph.get("meta", {})))
+
+    def __repr__(self) -> str:
+        kind = "training" if self.is_training else "inference"
+        return f"Graph({self.name!r}, n={self.n}, m={self.m}, {kind})"

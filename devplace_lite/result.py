@@ -1,0 +1,84 @@
+"""What every partitioning method returns: the placement, its objective, status and bound.
+
+`Result.to_json` is the ``--json`` contract of DESIGN.md: ``objective``, ``status``
+(``optimal``, ``feasible``, ``infeasible``, ``time_limit``), ``bound``, ``gap``, ``seconds``,
+``placement`` (node id -> device name) and ``method``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .cost import evaluate, placement_names
+from .devices import Cluster
+from .graph import Graph
+
+STATUSES = ("optimal", "feasible", "infeasible", "time_limit")
+
+
+@dataclass
+class Result:
+    """A placement found by ``method`` with its proven facts.
+
+    ``objective`` is the value the method reports; `check` re-scores the placement with the
+    evaluator so callers (and tests) can confirm the two agree. ``bound`` is a proven lower
+    bound on the optimum of the problem the method solves, or ``None``.
+    """
+
+    method: str
+    graph: Graph
+    cluster: Cluster
+    assignment: np.ndarray | None
+    objective: float | None
+    status: str
+    seconds: float
+    bound: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}")
+
+    @property
+    def placement(self) -> dict[str, str] | None:
+        if self.assignment is None:
+            return None
+        return placement_names(self.graph, self.cluster, self.assignment)
+
+    @property
+    def gap(self) -> float | None:
+        """Relative gap ``(objective - bound) / objective``: at most this far from optimal."""
+        if self.objective is None or self.bound is None or not math.isfinite(self.objective):
+            return None
+        if self.objective <= 0:
+            return 0.0
+        return max(0.0, (self.objective - self.bound) / self.objective)
+
+    def check(self):
+        """The evaluator's verdict on the placement (`devplace_lite.cost.Evaluation`)."""
+        return evaluate(self.graph, self.cluster, self.assignment)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "method": self.method,
+            "graph": self.graph.name,
+            "accelerators": self.cluster.k,
+            "cpus": self.cluster.l,
+            "memory": self.cluster.memory if math.isfinite(self.cluster.memory) else None,
+            "objective": self.objective,
+            "status": self.status,
+            "bound": self.bound,
+            "gap": self.gap,
+            "seconds": round(self.seconds, 6),
+        }
+        if self.assignment is not None:
+            ev = self.check()
+            out["split"] = ev.split
+            out["loads"] = {d: float(x) for d, x in zip(ev.devices, ev.loads)}
+        out.update(self.extra)
+        out["placement"] = self.placement
+        return out
