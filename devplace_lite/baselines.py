@@ -1,0 +1,213 @@
+"""What practitioners use today, and the ground truth: the baselines every method is compared with.
+
+* `single_device`: everything on one accelerator (unsupported ops on a CPU core).
+* `uniform`: equal numbers of units per stage along a topological order (DeepSpeed ``uniform``).
+* `balance_by_parameters`: stages of balanced memory along the order (DeepSpeed ``parameters``,
+  its default).
+* `balance_by_time`: stages of balanced compute time along the order, blind to communication
+  (what torchgpipe's ``balance_by_time`` aims at; here its best case, the exact min-max split).
+* `greedy_fill`: walk the order and fill each accelerator up to an equal share of the work or
+  its memory cap, the rest on CPU (the greedy baseline of Tarnawski et al.).
+* `random_best_of`: the best of N random placements (Placeto's sanity baseline).
+* `exhaustive_chain`: the exact optimum over chain splits on tiny graphs.
+
+All but the last two cut one order into contiguous blocks, so they give chain-of-ideals splits
+that can run as a pipeline. Each returns a `Result` scored by the evaluator; a split that breaks
+a memory cap or places an op where it cannot run comes back with status ``infeasible``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .cost import evaluate
+from .devices import Cluster
+from .exhaustive import batch_loads, exhaustive
+from .graph import Graph, GraphError
+from .result import Result
+
+
+def unit_order(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Units holding a forward node, ordered by their first forward node in topological order,
+    and for every node the unit whose device it follows.
+
+    A backward node follows its colocation class; one without a forward partner follows the
+    unit of its nearest forward ancestor (the activation it differentiates), else unit 0.
+    """
+    units = graph.units
+    pos = np.empty(graph.n, dtype=np.int64)
+    pos[graph.topological_order()] = np.arange(graph.n)
+    first = {}
+    for v in np.argsort(pos):
+        if not graph.backward[v]:
+            first.setdefault(int(units[v]), len(first))
+    order = np.array(sorted(first, key=first.get), dtype=np.int64)
+    follow = units.copy()
+    for v in graph.topological_order():
+        if int(units[v]) not in first:
+            anc = [follow[u] for u in graph.pred[v]]
+            follow[v] = anc[0] if anc else (order[0] if len(order) else units[v])
+    return order, follow
+
+
+def _assign_blocks(graph: Graph, cluster: Cluster, order: np.ndarray, follow: np.ndarray,
+                   block_of_unit: np.ndarray) -> np.ndarray:
+    """Device per node from a block index per ordered unit; units no accelerator may run go to cpu0."""
+    dev_of_unit = np.zeros(int(graph.units.max()) + 1, dtype=np.int64)
+    dev_of_unit[order] = block_of_unit
+    unsupported = np.zeros_like(dev_of_unit, dtype=bool)
+    np.logical_or.at(unsupported, graph.units, ~graph.supported)
+    if cluster.l:
+        dev_of_unit[unsupported] = cluster.k
+    return dev_of_unit[follow]
+
+
+def _result(name: str, graph: Graph, cluster: Cluster, a: np.ndarray, t0: float, **extra) -> Result:
+    ev = evaluate(graph, cluster, a)
+    status = "feasible" if ev.feasible else "infeasible"
+    if not ev.feasible:
+        extra["violations"] = ev.violations
+    return Result(name, graph, cluster, a, ev.max_load, status, time.perf_counter() - t0, extra=extra)
+
+
+def _unit_weights(graph: Graph, follow: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return np.bincount(follow, weights=values, minlength=int(graph.units.max()) + 1)
+
+
+def min_max_blocks(weights: np.ndarray, blocks: int) -> np.ndarray:
+    """Cut a sequence into at most ``blocks`` contiguous blocks minimising the largest block sum.
+
+    Bisection on the bottleneck with a greedy feasibility test (60 halvings: exact to float
+    precision), then the greedy cut at the found value. Returns the block index of each item.
+    """
+    w = np.asarray(weights, dtype=float)
+    if len(w) == 0:
+        return np.zeros(0, dtype=np.int64)
+    blocks = max(1, min(blocks, len(w)))
+
+    def cut(limit: float) -> np.ndarray | None:
+        out = np.empty(len(w), dtype=np.int64)
+        b, acc = 0, 0.0
+        for i, x in enumerate(w):
+            if acc + x > limit and acc > 0:
+                b, acc = b + 1, 0.0
+                if b >= blocks:
+                    return None
+            out[i], acc = b, acc + x
+        return out
+
+    lo, hi = float(w.max()), float(w.sum())
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if cut(mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    return cut(hi)
+
+
+def _balanced(name: str, graph: Graph, cluster: Cluster, values: np.ndarray) -> Result:
+    t0 = time.perf_counter()
+    if cluster.k == 0:
+        raise GraphError(f"method {name} splits over accelerators: the cluster has none")
+    order, follow = unit_order(graph)
+    w = _unit_weights(graph, follow, values)[order]
+    return _result(name, graph, cluster, _assign_blocks(graph, cluster, order, follow, min_max_blocks(w, cluster.k)), t0)
+
+
+def single_device(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """Everything on ``acc0`` (ops no accelerator runs on ``cpu0``)."""
+    t0 = time.perf_counter()
+    if cluster.k == 0:
+        return _result("single", graph, cluster, np.zeros(graph.n, dtype=np.int64), t0)
+    order, follow = unit_order(graph)
+    return _result("single", graph, cluster,
+                   _assign_blocks(graph, cluster, order, follow, np.zeros(len(order), dtype=np.int64)), t0)
+
+
+def uniform(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """``k`` stages with equal numbers of units along a topological order."""
+    t0 = time.perf_counter()
+    if cluster.k == 0:
+        raise GraphError("method uniform splits over accelerators: the cluster has none")
+    order, follow = unit_order(graph)
+    blocks = (np.arange(len(order)) * cluster.k) // max(len(order), 1)
+    return _result("uniform", graph, cluster, _assign_blocks(graph, cluster, order, follow, blocks), t0)
+
+
+def balance_by_parameters(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """``k`` stages of balanced memory (parameters and activations) along a topological order."""
+    return _balanced("parameters", graph, cluster, graph.memory)
+
+
+def balance_by_time(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """``k`` stages of balanced accelerator compute time, ignoring communication."""
+    return _balanced("time", graph, cluster, graph.p_acc)
+
+
+def greedy_fill(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """Fill accelerators in topological order up to ``total work / k`` or the memory cap each;
+    what is left (and what no accelerator runs) goes to CPU core 0 when there is one."""
+    t0 = time.perf_counter()
+    order, follow = unit_order(graph)
+    work = _unit_weights(graph, follow, graph.p_acc)[order]
+    mem = _unit_weights(graph, follow, graph.memory)[order]
+    share = work.sum() / max(cluster.k, 1)
+    blocks = np.empty(len(order), dtype=np.int64)
+    b, load, used = 0, 0.0, 0.0
+    for i in range(len(order)):
+        if b < cluster.k and load > 0 and ((load + work[i] > share and b + 1 < cluster.k)
+                                           or used + mem[i] > cluster.memory):
+            b, load, used = b + 1, 0.0, 0.0
+        if b < cluster.k and mem[i] > cluster.memory:
+            b = cluster.k  # fits on no accelerator: from here on, the CPU
+        # past the last accelerator: cpu0 when there is one, else the last accelerator (over its cap)
+        blocks[i] = min(b, cluster.k) if cluster.l or b < cluster.k else cluster.k - 1
+        load, used = load + work[i], used + mem[i]
+    return _result("greedy", graph, cluster, _assign_blocks(graph, cluster, order, follow, blocks), t0)
+
+
+def random_best_of(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
+                   samples: int = 2000) -> Result:
+    """The best of ``samples`` random unit placements (any split kind) that respect memory and
+    where each op may run; scored in batches by the model."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    units = graph.units
+    U, k, D = int(units.max()) + 1, cluster.k, cluster.size
+    unsup = np.zeros(U, dtype=bool)
+    np.logical_or.at(unsup, units, ~graph.supported)
+    nocpu = np.zeros(U, dtype=bool)
+    np.logical_or.at(nocpu, units, np.isnan(graph.p_cpu))
+    best, best_val, tried = None, np.inf, 0
+    while tried < samples and (time_limit is None or time.perf_counter() - t0 < time_limit):
+        B = min(256, samples - tried)
+        AU = rng.integers(0, D, size=(B, U))
+        if cluster.l:
+            AU[:, unsup] = k + rng.integers(0, cluster.l, size=(B, int(unsup.sum())))
+        if k:
+            AU[:, nocpu & ~unsup] = rng.integers(0, k, size=(B, int((nocpu & ~unsup).sum())))
+        A = AU[:, units]
+        tried += B
+        if np.isfinite(cluster.memory) and k:
+            mem = np.stack([np.where(A == d, graph.memory[None, :], 0.0).sum(axis=1) for d in range(k)], axis=1)
+            A = A[np.all(mem <= cluster.memory, axis=1)]
+        if not len(A):
+            continue
+        worst = batch_loads(graph, cluster, A).max(axis=1)
+        i = int(np.argmin(worst))
+        if worst[i] < best_val:
+            best_val, best = float(worst[i]), A[i].copy()
+    if best is None:
+        return Result("random", graph, cluster, None, None, "infeasible", time.perf_counter() - t0,
+                      extra={"samples": tried})
+    return _result("random", graph, cluster, best, t0, samples=tried)
+
+
+def exhaustive_chain(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """The optimal chain-of-ideals split by exhaustive search (tiny graphs only)."""
+    r = exhaustive(graph, cluster, kind="chain")
+    r.method = "exhaustive"
+    return r

@@ -1,0 +1,1 @@
+"""CLI plugins: one module per extra `devplace` command (see devplace_lite.cli)."""
