@@ -1,0 +1,115 @@
+"""The CLI contract: --json answers, one-line errors with exit status 2, no torch for partition."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from devplace_lite.cli import main
+from devplace_lite.generators import generate, skip_chain
+from devplace_lite.io import save_graph
+
+
+@pytest.fixture
+def graph_file(tmp_path):
+    p = tmp_path / "g.json"
+    save_graph(generate("series_parallel", 40, seed=3, training=True), p)
+    return p
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("method", ["single", "uniform", "parameters", "time", "greedy", "random"])
+def test_partition_json_contract(capsys, graph_file, method):
+    code, out, err = run(capsys, "partition", graph_file, "--method", method, "-k", 3, "--cpus", 1, "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    for key in ("objective", "status", "bound", "seconds", "placement", "gap"):
+        assert key in ans
+    assert ans["status"] in ("optimal", "feasible", "infeasible", "time_limit")
+    assert set(ans["placement"].values()) <= {"acc0", "acc1", "acc2", "cpu0"}
+    assert ans["objective"] == pytest.approx(max(ans["loads"].values()))
+
+
+def test_evaluate_scores_a_partition_answer(capsys, graph_file, tmp_path):
+    answer = tmp_path / "p.json"
+    assert run(capsys, "partition", graph_file, "--method", "time", "-k", 2, "--out", answer)[0] == 0
+    code, out, _ = run(capsys, "evaluate", graph_file, answer, "-k", 2, "--json")
+    ev = json.loads(out)
+    assert code == 0 and ev["objective"] == pytest.approx(json.loads(answer.read_text())["objective"])
+    assert ev["split"] == "chain" and ev["feasible"]
+
+
+def test_convert_round_trip(capsys, graph_file, tmp_path):
+    msr, back = tmp_path / "m.json", tmp_path / "b.json"
+    assert run(capsys, "convert", graph_file, msr, "--to", "msr")[0] == 0
+    assert "nodes" in json.loads(msr.read_text()) and "fpgaLatency" in json.loads(msr.read_text())["nodes"][0]
+    assert run(capsys, "convert", msr, back)[0] == 0
+    a = json.loads(run(capsys, "partition", graph_file, "--method", "uniform", "-k", 2, "--json")[1])
+    b = json.loads(run(capsys, "partition", back, "--method", "uniform", "-k", 2, "--json")[1])
+    assert a["objective"] == pytest.approx(b["objective"])
+
+
+def test_info_reports_ideals_and_width(capsys, tmp_path):
+    p = tmp_path / "chain.json"
+    save_graph(skip_chain(12, seed=0, skip_prob=0.0), p)
+    code, out, _ = run(capsys, "info", p, "--json")
+    info = json.loads(out)
+    assert code == 0 and info["nodes"] == 12 and info["ideals"] == 13 and info["width"] == 1
+
+
+def bad_inputs(tmp_path):
+    cyclic = tmp_path / "cyclic.json"
+    cyclic.write_text(json.dumps({"format": "devplace-graph", "version": 1, "nodes": [
+        {"id": "a", "p_acc": 1}, {"id": "b", "p_acc": 1}], "edges": [["a", "b"], ["b", "a"]]}))
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps({"format": "devplace-graph", "version": 1, "nodes": [
+        {"id": "a", "p_acc": 1}, {"id": "b"}], "edges": []}))
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text('{"format": "devplace-graph", "version": 1, "nodes": [{"id": "a", "p_')
+    good = tmp_path / "good.json"
+    save_graph(generate("layered", 10, seed=0), good)
+    return [
+        (["partition", cyclic, "--method", "single"], "cycle through node"),
+        (["partition", missing, "--method", "single"], "node b: missing field 'p_acc'"),
+        (["info", truncated], "not valid JSON"),
+        (["partition", good, "--method", "nonsense"], "unknown method 'nonsense'"),
+        (["partition", good, "--method", "single", "-k", "-1"], "accelerators must be"),
+        (["partition", tmp_path / "absent.json", "--method", "single"], "cannot read"),
+        (["evaluate", good, missing], "not a placement"),
+        (["partition", good], "--method"),
+        (["bogus-command"], "invalid choice"),
+    ]
+
+
+def test_bad_inputs_give_one_line_and_status_2(capsys, tmp_path):
+    for argv, needle in bad_inputs(tmp_path):
+        code, out, err = run(capsys, *argv)
+        assert code == 2, argv
+        assert err.count("\n") == 1 and needle in err and "Traceback" not in err, (argv, err)
+
+
+def test_nothing_half_written_on_error(capsys, tmp_path, graph_file):
+    out = tmp_path / "out.json"
+    out.write_text("keep me")
+    assert run(capsys, "convert", tmp_path / "absent.json", out)[0] == 2
+    assert out.read_text() == "keep me"
+    assert list(tmp_path.glob(".out.json.*")) == []
+
+
+def test_console_script_and_no_torch_import(graph_file):
+    code = ("import sys; from devplace_lite.cli import main; "
+            f"rc = main(['partition', r'{graph_file}', '--method', 'time', '-k', '2', '--json']); "
+            "import devplace_lite; assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([sys.executable, "-m", "devplace_lite.cli", "partition", str(graph_file), "--method", "x"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("devplace: error:") and p.stderr.count("\n") == 1
