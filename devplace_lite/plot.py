@@ -53,12 +53,15 @@ def draw_placement(ax, graph: Graph, assignment: Sequence[int] | None = None, cl
     """Draw the DAG left to right by depth, nodes coloured by device (grey when unplaced)."""
     pos = layered_positions(graph)
     small = graph.n <= 40
-    labels = small if labels is None else labels
-    size = node_size or (260 if small else max(8, 4000 / max(graph.n, 1)))
+    labels = graph.n <= 20 if labels is None else labels
+    size = node_size or (260 if graph.n <= 20 else max(8, 4000 / max(graph.n, 1)))
     for s, t in zip(graph.src, graph.dst):
+        # an edge that skips depths would run through the nodes between: bend it
+        bend = (0.5 if s % 2 else -0.5) if pos[t, 0] - pos[s, 0] > 1 and pos[t, 1] == pos[s, 1] else 0.0
         ax.annotate("", xy=pos[t], xytext=pos[s],
                     arrowprops=dict(arrowstyle="-|>" if small else "-", color="#888888", lw=0.6,
-                                    shrinkA=5 if small else 0, shrinkB=5 if small else 0))
+                                    shrinkA=5 if small else 0, shrinkB=5 if small else 0,
+                                    connectionstyle=f"arc3,rad={bend}"))
     if assignment is None or cluster is None:
         colors = ["#cccccc"] * graph.n
     else:
@@ -74,6 +77,9 @@ def draw_placement(ax, graph: Graph, assignment: Sequence[int] | None = None, cl
         handles = [Line2D([], [], marker="o", ls="", color=device_color(cluster, d), label=cluster.names[d])
                    for d in used]
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    span = np.ptp(pos[:, 1]) if graph.n else 0
+    if span < 2:  # a near-chain: leave room for the bent skip edges
+        ax.set_ylim(pos[:, 1].min() - 2.5, pos[:, 1].max() + 2.5)
     ax.set_xticks([])
     ax.set_yticks([])
     ax.grid(False)
