@@ -8,7 +8,7 @@ CHAPTERS  := $(sort $(wildcard chapters/[0-9][0-9]_*.md))
 NOTEBOOKS := $(patsubst chapters/%.md,build/notebooks/%.ipynb,$(CHAPTERS))
 JOBS   ?= 2
 
-.PHONY: install test test-unit test-chapters book lab data bench student clean
+.PHONY: install test test-unit test-chapters book lab data bench student test-student test-book clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,12 +32,25 @@ test-unit: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) tests
 
 test-chapters: $(STAMP) $(NOTEBOOKS)
-	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --nbval-lax --nbval-current-env $(NOTEBOOKS)
+	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env $(NOTEBOOKS)
 
 # Execute every chapter (full size) and build the HTML book into build/book/_build/html.
 book: $(STAMP)
-	$(BIN)/jupyter-book build chapters --path-output build/book -W --keep-going
+	# figures need the inline backend: a non-interactive MPLBACKEND from the shell would drop them
+	env -u MPLBACKEND $(BIN)/jupyter-book build chapters --path-output build/book -W --keep-going
 	@echo "open build/book/_build/html/index.html"
+
+# The student edition: solutions replaced by stubs, checks kept (build/student/chapters and /notebooks).
+student: $(STAMP)
+	$(BIN)/python -m devplace_lite.student chapters build/student
+
+# Execute the student edition (FAST): unattempted exercises report "not attempted", nothing breaks.
+test-student: student
+	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env build/student/notebooks -p no:cacheprovider
+
+# The rendered book (built FAST into a temp dir) opened in headless Chromium, installed if missing.
+test-book: $(STAMP)
+	$(BIN)/python -m pytest tests/test_book.py -p no:cacheprovider
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab chapters

@@ -1,0 +1,86 @@
+"""Exercises of chapter 02 (the exact DP over ideals)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..devices import Cluster
+from ..dp import dp, linear
+from ..generators import generate
+from ..graph import Graph, Node
+from ..ideals import count_ideals, unit_poset
+from .core import Case, close, exact, register
+
+# -- 02.2  count the ideals of a small DAG ----------------------------------------------------
+
+
+def ideal_count(graph: Graph) -> int:
+    """Number of predecessor-closed node sets of an inference graph (empty and full included)."""
+    return int(count_ideals(unit_poset(graph, merge_free=False)))
+
+
+def _small_graph(rng: np.random.Generator, i: int, low: int, high: int) -> tuple[Graph, str]:
+    if i == 0:  # the chapter's diamond
+        g = Graph([Node(x, p_acc=1.0, p_cpu=10.0, comm=0.1) for x in "abcd"],
+                  [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")], name="diamond")
+        return g, ('graph = Graph([Node(x, p_acc=1.0, p_cpu=10.0, comm=0.1) for x in "abcd"], '
+                   '[("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])')
+    if i == 1:  # no edges at all: every subset is an ideal
+        g = Graph([Node(str(j), p_acc=1.0, p_cpu=10.0) for j in range(5)], [], name="flat")
+        return g, 'graph = Graph([Node(str(j), p_acc=1.0, p_cpu=10.0) for j in range(5)], [])'
+    family = str(rng.choice(["cells", "layered", "random", "series_parallel", "skip_chain"]))
+    n, seed = int(rng.integers(low, high + 1)), int(rng.integers(0, 1000))
+    return generate(family, n, seed=seed), f"graph = generate({family!r}, {n}, seed={seed})"
+
+
+def _count_cases(rng: np.random.Generator, i: int) -> Case:
+    g, text = _small_graph(rng, i, 3, 14)
+    return Case((g,), text=text)
+
+
+def _count_diagnose(case: Case, expected: int, got) -> str | None:
+    if got == expected - 1:
+        return "one short: the empty set is an ideal too (and so is the whole graph)"
+    if got == expected - 2:
+        return "two short: count the empty set and the whole graph as ideals"
+    if got == 2 ** case.args[0].n:
+        return "that counts every subset; an ideal must contain each predecessor of each of its nodes"
+    return None
+
+
+register(id="02.2", name="my_ideal_count", title="number of ideals of a small DAG",
+         reference=ideal_count, cases=_count_cases, compare=exact(), diagnose=_count_diagnose, n=20,
+         hint="grow ideals from the empty set: a node may join an ideal when all its predecessors are in "
+              "it; keep the ideals in a set (a frozenset or a bit mask each) so each is counted once")
+
+# -- 02.3  the recurrence for one kind of device ------------------------------------------------
+
+
+def dp_accelerators(graph: Graph, k: int) -> float:
+    """Least max-load of a chain-of-ideals split on ``k`` accelerators (no CPU, no memory cap)."""
+    return float(dp(graph, Cluster(accelerators=int(k))).objective)
+
+
+def _dp_cases(rng: np.random.Generator, i: int) -> Case:
+    g, text = _small_graph(rng, i, 4, 10)
+    k = 2 if i < 2 else int(rng.integers(1, 5))
+    return Case((g, k), text=f"{text}; k = {k}")
+
+
+def _dp_diagnose(case: Case, expected: float, got) -> str | None:
+    g, k = case.args
+    got = float(got)
+    lin = linear(g, Cluster(accelerators=int(k))).objective
+    if abs(got - lin) <= 1e-9 * max(1.0, lin) and got > expected:
+        return "that is the best split into blocks of one topological order; the recurrence ranges over all ideals J of I"
+    if abs(got - float(g.p_acc.sum()) / k) <= 1e-9 * max(1.0, got):
+        return "that is the total work divided by k, a lower bound, not a split"
+    if got < expected - 1e-9:
+        return "lower than the optimum: is the transfer cost of each part counted (producers with an edge leaving or entering it)?"
+    return None
+
+
+register(id="02.3", name="my_dp_accelerators", title="the DP over ideals for accelerators only",
+         reference=dp_accelerators, cases=_dp_cases, compare=close(rtol=1e-9, atol=1e-9), diagnose=_dp_diagnose,
+         n=12, hint="D[f][I] = min over ideals J inside I of max(D[f-1][J], acc(I - J)), D[f][empty] = 0, answer "
+                    "D[k][all]; acc(S) is the load of acc0 when S is on acc0 and the rest on acc1")

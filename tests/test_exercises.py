@@ -1,0 +1,187 @@
+"""Self-grading exercises: `check` feedback on right, wrong, crashing and unattempted functions,
+and the registry's agreement with the chapters."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from devplace_lite import schedule
+from devplace_lite.exercises import check, exercises, get, instance
+from devplace_lite.exercises.core import Case, Exercise, close, exact, register
+from devplace_lite.graph import GraphError
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "chapters"
+ALL = exercises()
+CHECK_CALL = re.compile(r"""check\(\s*["'](\d\d\.\w+)["']\s*,\s*(\w+)""")
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+# -- every registered exercise ----------------------------------------------------------------
+@pytest.mark.parametrize("ex", ALL, ids=[e.id for e in ALL])
+def test_reference_passes_its_own_check(ex, capsys):
+    res = check(ex.id, ex.reference)
+    assert res.passed and res.score == 1.0 and res.correct == res.cases == ex.n
+    assert f"{ex.id} {ex.name}: passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=[e.id for e in ALL])
+def test_stub_is_not_attempted_and_raises_nothing(ex, capsys):
+    res = check(ex.id, stub)
+    assert res.status == "not attempted" and not res.passed and res.score == 0.0 and not res.attempted
+    assert "not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ex", ALL, ids=[e.id for e in ALL])
+def test_wrong_answer_gets_the_instance_both_values_and_the_hint(ex):
+    def off(*args, **kwargs):
+        value = ex.reference(*args, **kwargs)
+        return value + 1 if not isinstance(value, np.ndarray) else value + 1.0
+    res = check(ex.id, off, quiet=True)
+    assert res.status == "failed" and res.score == 0.0
+    first = res.failure
+    assert first["instance"] == 0 and first["case"] == ex.case(0).text
+    assert "expected" in first["problem"] and "got" in first["problem"]
+    assert ex.hint and ex.hint in res.message and "rebuild it" in res.message
+
+
+@pytest.mark.parametrize("ex", ALL, ids=[e.id for e in ALL])
+def test_instances_are_reproducible(ex):
+    for i in range(3):
+        a, b = ex.case(i, seed=5), instance(ex.id, i, seed=5)
+        assert a.text == b.text and a.text
+        assert ex.compare(ex.reference(*a.args, **a.kwargs), ex.reference(*b.args, **b.kwargs)) is None
+    assert any(ex.case(i, 0).text != ex.case(i, 1).text for i in range(ex.n)), "the seed changes nothing"
+
+
+def test_every_exercise_is_in_its_chapter_with_a_solution():
+    """Each registered id is checked in its chapter with the registered function name, and each
+    check call in the chapters names a registered exercise; the solution cell defines the name."""
+    import jupytext
+
+    calls = {}
+    for md in sorted(CHAPTERS.glob("[0-9][0-9]_*.md")):
+        nb = jupytext.read(md)
+        solutions = "\n".join(c.source for c in nb.cells
+                              if c.cell_type == "code" and "solution" in c.metadata.get("tags", []))
+        for c in nb.cells:
+            if c.cell_type != "code":
+                continue
+            for ex_id, name in CHECK_CALL.findall(c.source):
+                if name == "lambda":  # a demonstration of feedback, not an exercise
+                    continue
+                calls[ex_id] = (md.name, name)
+                assert get(ex_id).name == name, f"{md.name}: check({ex_id!r}, {name}) but {ex_id} expects {get(ex_id).name}"
+                assert re.search(rf"^def {name}\(", solutions, re.M), f"{md.name}: no solution cell defines {name}"
+    chapters_present = {md.name[:2] for md in CHAPTERS.glob("[0-9][0-9]_*.md")}
+    for ex in ALL:
+        if ex.chapter in chapters_present:
+            assert ex.id in calls, f"exercise {ex.id} ({ex.name}) is registered but its chapter never checks it"
+
+
+# -- feedback on the chapter 01 exercises ----------------------------------------------------------
+def per_edge_max_load(graph, cluster, assignment):
+    """A typical slip: one transfer per crossing edge instead of per producer and device."""
+    load = np.zeros(cluster.size)
+    for i, v in enumerate(graph.nodes):
+        d = assignment[i]
+        load[d] += v.p_acc if d < cluster.k else v.p_cpu
+    for u, w in zip(graph.src, graph.dst):
+        if assignment[u] != assignment[w]:
+            for d in (assignment[u], assignment[w]):
+                if d < cluster.k:
+                    load[d] += graph.comm[u]
+    return load.max()
+
+
+def test_max_load_slip_is_diagnosed():
+    res = check("01.2", per_edge_max_load, quiet=True)
+    assert res.status == "failed" and 0 < res.score < 1  # right wherever no producer has two consumers across
+    assert "once per crossing edge" in res.failure["diagnosis"]
+    assert "diagnosis:" in res.message
+
+
+def test_equal_stage_formula_passes_equal_stages_only():
+    res = check("01.3", lambda t, m: (m + len(t) - 1) * max(t), quiet=True)
+    assert res.status == "failed" and res.correct >= 6  # the equal-stage instances come first
+    assert res.failure["instance"] >= 6 and "equal stages" in res.failure["diagnosis"]
+
+
+def test_an_exception_is_a_finding_not_a_crash():
+    res = check("01.2", lambda graph, cluster, assignment: 1 / 0, quiet=True)
+    assert res.status == "failed" and res.score == 0.0
+    assert "ZeroDivisionError" in res.failure["problem"] and res.failure["got"] is None
+
+
+def test_a_function_that_mutates_its_input_cannot_spoil_the_comparison():
+    from devplace_lite.cost import max_load
+
+    def vandal(graph, cluster, assignment):
+        value = max_load(graph, cluster, np.asarray(assignment))
+        assignment[:] = 0
+        return value
+    assert check("01.2", vandal, quiet=True).passed
+
+
+def test_late_not_implemented_counts_as_a_failure():
+    calls = []
+
+    def half(t, m):
+        calls.append(1)
+        if len(calls) > 3:
+            raise NotImplementedError
+        return schedule.makespan(schedule.gpipe(t, m))
+    res = check("01.3", half, quiet=True)
+    assert res.status == "failed" and res.correct == 3 and "NotImplementedError" in res.failure["problem"]
+
+
+def test_unknown_exercise_and_non_function():
+    with pytest.raises(GraphError, match="unknown exercise '99.9'; known: 00.1"):
+        check("99.9", stub)
+    with pytest.raises(TypeError, match="my_max_load"):
+        check("01.2", 42)
+    with pytest.raises(ValueError, match="at least one instance"):
+        check("01.2", stub, n=0)
+
+
+def test_comparators():
+    assert close()(1.0, 1.0 + 1e-12) is None
+    assert "off by +0.5" in close()(1.0, 1.5)
+    assert "expected a number" in close()(1.0, "1.0")
+    assert "shape" in close()(np.zeros(3), np.zeros(4))
+    assert "first at [2]" in close()(np.zeros(3), np.array([0, 0, 1.0]))
+    assert exact()(3, 3) is None and "expected 3, got 4" in exact()(3, 4)
+
+
+def test_register_refuses_duplicates():
+    ex = get("01.2")
+    with pytest.raises(ValueError, match="registered twice"):
+        register(ex)
+    with pytest.raises(ValueError, match="already used"):
+        register(Exercise(id="99.1", name="my_max_load", title="t", reference=len,
+                          cases=lambda rng, i: Case(((),))))
+
+
+# -- the references themselves -----------------------------------------------------------------
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(p=st.integers(1, 64), target=st.fractions(min_value=Fraction(1, 200), max_value=1, max_denominator=1000))
+def test_fewest_microbatches_is_the_least_m(p, target):
+    m = get("01.4").reference(p, float(target))
+    bubble = lambda k: Fraction(p - 1, k + p - 1)  # noqa: E731
+    t = Fraction(str(float(target)))
+    assert m >= 1 and bubble(m) <= t and (m == 1 or bubble(m - 1) > t)
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(t=st.lists(st.floats(0.01, 10.0), min_size=1, max_size=8), m=st.integers(1, 40))
+def test_gpipe_step_equals_the_formula(t, m):
+    assert abs(get("01.3").reference(t, m) - schedule.gpipe_formula(t, m)) <= 1e-9 * (1 + sum(t) * m)

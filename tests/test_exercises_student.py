@@ -1,0 +1,129 @@
+"""The student edition: solutions out, stubs in, checks kept; and it runs, reporting "not attempted"."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+from devplace_lite.exercises import exercises
+from devplace_lite.student import make_student, stub_source, student_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "chapters"
+NAMES = {"my_f": "99.1"}
+
+
+def run_stub(src: str, name: str, *args):
+    ns: dict = {}
+    exec(src, ns)
+    with pytest.raises(NotImplementedError, match=name):
+        ns[name](*args)
+    return ns
+
+
+def test_stub_keeps_signature_docstring_and_imports():
+    src = ('import numpy as np\nfrom math import ceil\n\n'
+           'def my_f(graph, k: int = 2) -> float:\n    """What it computes."""\n'
+           '    # the key idea: count each producer once\n    x = np.ones(k)\n    return float(x.sum())\n\n'
+           'print(my_f(None))\n')
+    out = stub_source(src, NAMES)
+    assert out.startswith("# Exercise 99.1: write my_f here, then run the check below.")
+    assert "import numpy as np" in out and "from math import ceil" in out
+    assert 'def my_f(graph, k: int = 2) -> float:\n    """What it computes."""' in out
+    assert "key idea" not in out and "np.ones" not in out and "print" not in out
+    run_stub(out, "my_f", None)
+
+
+def test_stub_of_undocumented_multiline_decorated_and_one_line_defs():
+    src = ("import functools\n\n@functools.lru_cache\ndef helper(\n    a,\n    b,\n):\n    # secret\n    return a + b\n\n"
+           "def one(x): return x + 1\n")
+    out = stub_source(src, {})
+    assert "@functools.lru_cache\ndef helper(\n    a,\n    b,\n):\n    raise NotImplementedError" in out
+    assert "secret" not in out and "x + 1" not in out
+    ns = run_stub(out, "helper", 1, 2)
+    with pytest.raises(NotImplementedError):
+        ns["one"](1)
+
+
+def test_cells_without_functions_are_dropped():
+    assert stub_source("assert res.passed\n", NAMES) is None
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("intro"),
+                nbformat.v4.new_code_cell("def my_f(x):\n    return 2 * x\n", metadata={"tags": ["solution", "hide-input"]}),
+                nbformat.v4.new_code_cell("res = check('99.1', my_f)"),
+                nbformat.v4.new_code_cell("assert res.passed", metadata={"tags": ["remove-cell", "solution"]}),
+                nbformat.v4.new_markdown_cell("the answer is 42", metadata={"tags": ["solution"]}),
+                nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["remove-cell"]})]
+    out, stubs, dropped = student_notebook(nb, NAMES)
+    assert (stubs, dropped) == (1, 2)
+    sources = [c.source for c in out.cells]
+    assert len(sources) == 4 and [sources[0], *sources[2:]] == ["intro", "res = check('99.1', my_f)", "x = 1"]
+    assert "raise NotImplementedError" in out.cells[1].source and out.cells[1].metadata == {}
+    assert all("solution" not in c.metadata.get("tags", []) for c in out.cells)
+    assert len(nb.cells) == 6 and "2 * x" in nb.cells[1].source  # the master is untouched
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("student") / "student"
+    make_student(CHAPTERS, out)
+    return out
+
+
+def test_student_edition_layout(edition):
+    chapters = sorted(p.name for p in CHAPTERS.glob("[0-9][0-9]_*.md"))
+    assert sorted(p.name for p in (edition / "chapters").glob("[0-9][0-9]_*.md")) == chapters
+    assert sorted(p.stem for p in (edition / "notebooks").glob("*.ipynb")) == [c[:-3] for c in chapters]
+    for page in ("_config.yml", "_toc.yml", "notation.md", "bibliography.md", "references.bib"):
+        assert (edition / "chapters" / page).exists(), page
+
+
+@pytest.mark.parametrize("md", sorted(CHAPTERS.glob("[0-9][0-9]_*.md")), ids=lambda p: p.stem)
+def test_solutions_removed_and_checks_kept(edition, md):
+    master = jupytext.read(md)
+    student = nbformat.read(edition / "notebooks" / f"{md.stem}.ipynb", as_version=4)
+    assert not any("solution" in c.metadata.get("tags", []) for c in student.cells)
+    checks = lambda nb: [c.source for c in nb.cells if c.cell_type == "code" and "check(" in c.source  # noqa: E731
+                         and "solution" not in c.metadata.get("tags", [])]
+    assert checks(student) == checks(master)
+    solution_code = [c.source for c in master.cells if c.cell_type == "code" and "solution" in c.metadata.get("tags", [])]
+    student_code = {ln.strip() for c in student.cells for ln in c.source.splitlines()}
+    elsewhere = {ln.strip() for c in master.cells if "solution" not in c.metadata.get("tags", [])
+                 for ln in c.source.splitlines()}
+    for src in solution_code:  # no statement of a solution's body survives (unless the chapter has it elsewhere)
+        for line in src.splitlines():
+            s = line.strip()
+            if s and not s.startswith(("def ", "import ", "from ", '"""', "#", "@")) and s not in elsewhere:
+                assert s not in student_code, f"{md.stem}: solution line leaked: {s}"
+    for ex in exercises(md.name[:2]):
+        stub = next(c.source for c in student.cells if re.search(rf"^def {ex.name}\(", c.source, re.M))
+        ns: dict = {}
+        exec(stub, ns)
+        with pytest.raises(NotImplementedError, match=ex.id):
+            ns[ex.name](*ex.case(0).args)
+
+
+def _with_solutions() -> list[Path]:
+    return [md for md in sorted(CHAPTERS.glob("[0-9][0-9]_*.md"))
+            if any("solution" in c.metadata.get("tags", []) for c in jupytext.read(md).cells)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("md", _with_solutions(), ids=lambda p: p.stem)
+def test_student_edition_runs_and_reports_not_attempted(edition, md):
+    """Only chapters with solutions differ from the master, which the notebook tests run: execute
+    those, FAST, and see every check report "not attempted" and every cell run."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(edition / "notebooks" / f"{md.stem}.ipynb", as_version=4)
+    env = {**os.environ, "DEVPLACE_FAST": "1", "MPLBACKEND": "Agg"}
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(CHAPTERS)}}).execute(env=env)
+    out = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    for ex in exercises(md.name[:2]):
+        assert f"{ex.id} {ex.name}: not attempted" in out
+    assert all(c.get("execution_count") for c in nb.cells if c.cell_type == "code"), "a cell did not run"
