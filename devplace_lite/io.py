@@ -67,6 +67,9 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=1)
             f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
