@@ -26,6 +26,7 @@ PARTITION: dict[str, str] = {
     "greedy": "baselines:greedy_fill",
     "random": "baselines:random_best_of",
     "exhaustive": "baselines:exhaustive_chain",
+    "dp": "dp:dp", "linear": "dp:linear", "pipedream": "dp:pipedream",
 }
 
 LATENCY: dict[str, str] = {}

@@ -1,0 +1,155 @@
+"""Speed of the exact throughput DP (`devplace_lite.dp`) on the authors' workloads and on the
+project's own graphs, next to the authors' C++ figures. Writes results.json and the table in
+README.md.
+
+    python -m benchmarks.dp.run            # every workload, one fresh process each
+    python -m benchmarks.dp.run --quick    # skip the two Inception-v3 graphs
+
+Each workload runs in its own process so that its peak resident memory (``ru_maxrss``) is its
+own; the process first solves a tiny graph so the compiled kernel is loaded (numba caches it on
+disk after the first run: compile time is not counted, as the C++ build time is not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+REFERENCE = ROOT.parent / "shared/reference/msr-dnn-partitioning/throughput-inputs"
+ZOO = ROOT / "data/graphs"
+
+# The authors' C++ DP on a 2-vCPU machine (REFERENCES.md [T20]): seconds, peak GB; None = did
+# not finish in 900 s (10.8 GB and growing).
+CPP = {
+    "LayerGraphs/gnmt_inference": (15.0, 0.55), "LayerGraphs/gnmt_training": (31.8, 0.55),
+    "LayerGraphs/inceptionv3_inference": (None, 10.8), "LayerGraphs/inceptionv3_training": (None, 10.8),
+    "OperatorGraphs/bert_l-12_inference": (16.1, 0.13), "OperatorGraphs/bert_L-12_training": (36.7, 0.14),
+    "OperatorGraphs/bert_l-6_training": (21.0, 0.16),
+    "LayerGraphs/resnet50_inference": (0.3, None), "LayerGraphs/resnet50_training": (0.3, None),
+}
+# Targets of the project (issue 4): seconds and GB for proven optimality on 2 cores.
+TARGET = {name: (sec, 2.0) for name, (sec, _) in CPP.items() if sec is not None}
+TARGET["LayerGraphs/inceptionv3_inference"] = (120.0, 4.0)
+TARGET["LayerGraphs/inceptionv3_training"] = (120.0, 4.0)
+ZOO_CLUSTER = {"accelerators": 6, "cpus": 1}  # zoo files carry only a memory cap
+
+
+def workloads(quick: bool) -> list[tuple[str, Path]]:
+    out = []
+    if REFERENCE.is_dir():
+        for p in sorted(REFERENCE.glob("*/*.json")):
+            name = f"{p.parent.name}/{p.stem}"
+            if not (quick and "inception" in name):
+                out.append((name, p))
+    if ZOO.is_dir():
+        for p in sorted(ZOO.glob("*.json")):
+            if not (quick and "inception" in p.stem):
+                out.append((f"zoo/{p.stem}", p))
+    return out
+
+
+def measure(path: Path, zoo: bool) -> dict:
+    """Run in a fresh process: solve one workload and report sizes, times and peak memory."""
+    from devplace_lite.devices import Cluster
+    from devplace_lite.dp import dp, linear, nested_pairs, pipedream
+    from devplace_lite.generators import generate
+    from devplace_lite.ideals import enumerate_ideals, unit_poset, width
+    from devplace_lite.io import load_graph
+
+    dp(generate("layered", 8, seed=0), Cluster(2, 1))  # load the compiled kernel
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GB (ru_maxrss is KiB)
+    g = load_graph(path)
+    c = Cluster.for_graph(g, **(ZOO_CLUSTER if zoo else {}))
+    t0 = time.perf_counter()
+    r = dp(g, c)
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    t0 = time.perf_counter()
+    lin = linear(g, c)
+    lin_s = time.perf_counter() - t0
+    pd = pipedream(g, c)
+    poset = unit_poset(g)
+    ideals = enumerate_ideals(poset)
+    return {
+        "nodes": g.n, "training": g.is_training, "k": c.k, "l": c.l,
+        "memory_cap": c.memory if c.memory != float("inf") else None,
+        "units": poset.size, "width": width(poset), "ideals": len(ideals), "nested_pairs": nested_pairs(ideals),
+        "pairs_visited": r.extra["pairs"], "seconds": seconds, "peak_gb": peak, "base_gb": rss_before,
+        "objective": r.objective, "status": r.status, "check": r.check().max_load,
+        "linear": lin.objective, "linear_seconds": lin_s, "pipedream": pd.objective,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| workload | k, l | units | width | ideals | nested pairs | pairs visited | DP s | peak GB | "
+             "C++ s | C++ GB | objective | status | linear / DP | PipeDream / DP |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for r in rows:
+        sec, gb = CPP.get(r["name"], (None, None))
+        cpp_s = "-" if r["name"] not in CPP else ("> 900" if sec is None else f"{sec:g}")
+        cpp_gb = "-" if gb is None else (f"> {gb:g}" if sec is None else f"{gb:g}")
+        lin = r["linear"] / r["objective"] if r["linear"] else float("nan")
+        pd = r["pipedream"] / r["objective"] if r["pipedream"] else float("nan")
+        lines.append(f"| {r['name']} | {r['k']}, {r['l']} | {r['units']} | {r['width']} | {r['ideals']:,} | "
+                     f"{r['nested_pairs']:,} | {r['pairs_visited']:,} | {r['seconds']:.2f} | {r['peak_gb']:.2f} | "
+                     f"{cpp_s} | {cpp_gb} | {r['objective']:.4f} | {r['status']} | {lin:.3f} | {pd:.3f} |")
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict]) -> str:
+    by = {r["name"]: r for r in rows}
+    out = []
+    for name, (sec, gb) in TARGET.items():
+        r = by.get(name)
+        if r is None:
+            out.append(f"- {name}: not measured (workload absent)")
+            continue
+        ok = r["status"] == "optimal" and r["seconds"] <= sec and r["peak_gb"] <= gb
+        out.append(f"- {name}: {'met' if ok else 'MISSED'} ({r['status']} in {r['seconds']:.2f} s, "
+                   f"peak {r['peak_gb']:.2f} GB; target {sec:g} s, {gb:g} GB)")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="skip the Inception-v3 graphs")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--zoo", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure(Path(args.one), args.zoo)))
+        return
+    rows = []
+    load_before = os.getloadavg()
+    for name, path in workloads(args.quick):
+        cmd = [sys.executable, "-m", "benchmarks.dp.run", "--one", str(path)] + (["--zoo"] if name.startswith("zoo/") else [])
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+        row = {"name": name, **json.loads(out.stdout.strip().splitlines()[-1])}
+        rows.append(row)
+        print(f"{name}: {row['ideals']:,} ideals, {row['seconds']:.2f} s, {row['peak_gb']:.2f} GB, "
+              f"{row['objective']:.4f} {row['status']}", flush=True)
+    result = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+              "python": platform.python_version(), "command": "python -m benchmarks.dp.run",
+              "load_average_before_after": [load_before[0], os.getloadavg()[0]],
+              "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    from devplace_lite.io import write_json_atomic
+
+    write_json_atomic(HERE / "results.json", result)
+    readme = HERE / "README.md"
+    head = readme.read_text().split("<!-- table -->")[0] if readme.exists() else ""
+    readme.write_text(head + "<!-- table -->\n" + table(rows) + "\n\nTargets (issue 4), from this run:\n\n"
+                      + verdicts(rows) + f"\n\nLoad average (1 min) before and after the run: "
+                      f"{load_before[0]:.1f}, {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.\n")
+
+
+if __name__ == "__main__":
+    main()

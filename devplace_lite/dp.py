@@ -1,0 +1,621 @@
+"""The exact throughput DP over ideals, its linearised variant and a PipeDream-style baseline.
+
+Problem: split the graph into a chain of ideals ``∅ = I_0 ⊆ I_1 ⊆ ... ⊆ I_r = V`` of the
+reduced forward unit graph (`devplace_lite.ideals`), one part ``I_s \\ I_{s-1}`` per device,
+on at most ``k`` accelerators (memory cap ``M`` each) and ``l`` CPU cores, minimising the
+largest device load of `devplace_lite.cost` (compute plus, on accelerators, each crossing
+producer's ``comm`` once). A forward unit carries the backward nodes of its colour classes,
+and both count in the load. Tarnawski et al. (2020) solve it with::
+
+    D[c][f][I] = min over ideals J ⊆ I of min( max(D[c][f-1][J], acc(I \\ J)),
+                                               max(D[c-1][f][J], cpu(I \\ J)) )
+
+``D[.][.][∅] = 0``, ``J = I`` meaning an empty device; the answer is ``D[l][k][V]``.
+
+What it is exact over: chain splits of the graph *after* the reductions of
+`devplace_lite.ideals.unit_poset`. Colour classes, cycle fusion and folding zero-time leaves
+lose nothing (the last is certified during the run: folded nodes carry memory, and if any
+memory test ever turned on it, the DP reruns folding only memory-free leaves). Backward nodes
+without a forward partner are attached to a neighbour's unit (the rule is in `ideals`); over
+graphs with such nodes the answer is optimal for that attachment.
+
+How it is fast (every cut keeps the optimum):
+
+* **An upper bound first.** `linear` slices one topological order optimally (ideals become
+  prefixes, ``O(U^2)`` pairs); its value ``T`` bounds the optimum, so a part whose load
+  exceeds ``T`` is in no optimal split, and neither is a state ``(c, f, I)`` whose ideal's work
+  cannot fit ``f`` accelerators and ``c`` cores at ``T``, or whose remaining work cannot fit the
+  other devices (CPU cores are credited with the most accelerator work they could absorb).
+* **Sub-ideals by depth-first search.** For each ideal ``I`` the sub-ideals ``J`` are reached
+  by removing maximal units in decreasing order of their number, each exactly once. The part
+  ``S = I \\ J`` only grows down the search, and so do its compute, its memory and the
+  communication it can no longer shed: hyperedges of ``S`` with a member outside ``I`` or a
+  member numbered above the last removed unit (only lower-numbered units can join ``S``
+  deeper down). The first ``S`` over the bound cuts its whole subtree.
+* **Incremental scoring.** Each producer's hyperedge (its unit and its consumers' units)
+  keeps a count of members in ``S``; adding a unit updates the communication term in time
+  proportional to its degree, never ``O(n)`` per pair.
+* **A compiled kernel.** The search and the ``(k+1)(l+1)`` updates per pair run in numba.
+
+Complexity: ``O(P (d + kl))`` for ``P`` visited pairs (at most the nested pairs of ideals) and
+average unit degree ``d``; memory ``O(N k l)`` for ``N`` ideals.
+
+Example
+-------
+>>> from devplace_lite.generators import layered
+>>> from devplace_lite.devices import Cluster
+>>> r = dp(layered(12, seed=3), Cluster(accelerators=3))
+>>> r.status, r.objective == r.check().max_load, r.check().split
+('optimal', True, 'chain')
+
+Reference: J. Tarnawski, A. Phanishayee, N. Devanur, D. Mahajan, F. Nina Paravecino,
+"Efficient Algorithms for Device Placement of DNN Graph Operators", NeurIPS 2020;
+D. Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training", SOSP 2019.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from .cost import evaluate
+from .devices import Cluster
+from .graph import Graph
+from .ideals import DEFAULT_LIMIT, Ideals, UnitPoset, enumerate_ideals, unit_poset
+from .result import Result
+
+# Relative slack on the pruning bound: sums of the same floats in another order may differ in
+# the last bits, and a part exactly at the bound must survive.
+_SLACK = 1e-9
+# Pairs handled per kernel call between two looks at the clock.
+_CHUNK_PAIRS = 4_000_000
+
+
+
+@dataclass
+class _Units:
+    """Per-unit sums and the communication hypergraph over units."""
+
+    pa: np.ndarray       # accelerator time
+    pc: np.ndarray       # CPU time (0 where not allowed)
+    mem: np.ndarray      # memory, all nodes
+    mem_core: np.ndarray  # memory without folded nodes
+    bad_acc: np.ndarray  # holds a node no accelerator may run (int8)
+    bad_cpu: np.ndarray  # holds a node without a CPU time (int8)
+    he_w: np.ndarray     # weight of each hyperedge
+    he_size: np.ndarray  # number of units in it
+    inc_ptr: np.ndarray  # CSR: hyperedges incident to each unit
+    inc_he: np.ndarray
+    inc_hi: np.ndarray   # for each incidence (x, e): members of e numbered above x
+
+
+def _units(poset: UnitPoset) -> _Units:
+    g, unit, U = poset.graph, poset.unit, poset.size
+    pa = np.bincount(unit, weights=g.p_acc, minlength=U)
+    pc = np.bincount(unit, weights=np.nan_to_num(g.p_cpu), minlength=U)
+    mem = np.bincount(unit, weights=g.memory, minlength=U)
+    mem_core = np.bincount(unit, weights=np.where(poset.folded, 0.0, g.memory), minlength=U)
+    bad_acc = (np.bincount(unit, weights=~g.supported, minlength=U) > 0).astype(np.int8)
+    bad_cpu = (np.bincount(unit, weights=np.isnan(g.p_cpu), minlength=U) > 0).astype(np.int8)
+    # one hyperedge per producer: its unit and its consumers' units; equal sets merged
+    edges: dict[tuple[int, ...], float] = {}
+    for u in range(g.n):
+        if g.comm[u] <= 0 or not g.succ[u]:
+            continue
+        members = tuple(sorted({int(unit[u])} | {int(unit[w]) for w in g.succ[u]}))
+        if len(members) > 1:
+            edges[members] = edges.get(members, 0.0) + float(g.comm[u])
+    keys = sorted(edges)
+    he_w = np.array([edges[e] for e in keys], dtype=np.float64)
+    he_size = np.array([len(e) for e in keys], dtype=np.int32)
+    inc: list[list[int]] = [[] for _ in range(U)]
+    for h, e in enumerate(keys):
+        for x in e:
+            inc[x].append(h)
+    inc_ptr = np.zeros(U + 1, dtype=np.int64)
+    np.cumsum([len(a) for a in inc], out=inc_ptr[1:])
+    inc_he = np.array([h for a in inc for h in a], dtype=np.int32)
+    inc_hi = np.array([sum(1 for y in keys[h] if y > x) for x, a in enumerate(inc) for h in a], dtype=np.int32)
+    return _Units(pa, pc, mem, mem_core, bad_acc, bad_cpu, he_w, he_size, inc_ptr, inc_he, inc_hi)
+
+
+@njit(cache=True, nogil=True)
+def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, bad_acc, bad_cpu,
+            he_w, he_size, inc_ptr, inc_he, inc_hi, k, l, M, cap, absorb, pa_ideal, D, BJ, BT,
+            stats):  # pragma: no cover
+    """Fill ``D[I]`` for ideals ``i0 <= I < i1`` (stops after ``budget`` pairs at an ideal's end).
+
+    ``BT`` codes: 1 = accelerator left empty, 2 = CPU core left empty, 3 = accelerator part
+    ``I \\ BJ``, 4 = CPU part. ``stats``: [pairs visited, memory certificate broken (0/1),
+    pairs whose accelerator load is within ``cap``].
+    ``absorb[c]`` bounds the accelerator work ``c`` CPU cores can take within ``cap``;
+    ``pa_ideal`` receives each ideal's accelerator work. Returns the next ideal to process.
+    """
+    U = pa.shape[0]
+    total = pa.sum()
+    tol = 1e-9 * (total + 1.0)  # the same sums in another order may differ in the last bits
+    rel = np.zeros((l + 1, k + 1), dtype=np.bool_)
+    cnt = np.zeros(he_w.shape[0], dtype=np.int32)   # members in the part S
+    in_I = np.zeros(he_w.shape[0], dtype=np.int32)  # members in the ideal I
+    fixed = np.full(he_w.shape[0], -1, dtype=np.int64)  # depth from which a hyperedge stays cut
+    stK = np.empty(U + 1, dtype=np.int64)
+    stB = np.empty(U + 1, dtype=np.int64)
+    stP = np.empty(U + 1, dtype=np.int64)
+    stX = np.empty(U + 1, dtype=np.int64)
+    s_pa = np.empty(U + 1)
+    s_pc = np.empty(U + 1)
+    s_mem = np.empty(U + 1)
+    s_mc = np.empty(U + 1)
+    s_ba = np.empty(U + 1, dtype=np.int64)
+    s_bc = np.empty(U + 1, dtype=np.int64)
+    s_cm = np.empty(U + 1)
+    s_co = np.empty(U + 1)
+    inf = np.inf
+    pairs = 0
+    I = i0
+    while I < i1:
+        if I > 0:
+            p = mx_ptr[I]
+            pa_ideal[I] = pa_ideal[mx_child[p]] + pa[mx_unit[p]]
+        # state (c, f, I) can lie on a split within cap only if I's work fits c cores and f
+        # accelerators and the rest fits the others (CPU cores absorb at most absorb[c])
+        any_rel = False
+        for c in range(l + 1):
+            for f in range(k + 1):
+                D[I, c, f] = inf if I > 0 else 0.0
+                BJ[I, c, f] = -1
+                BT[I, c, f] = 0
+                rel[c, f] = cap == inf or (pa_ideal[I] <= f * cap + absorb[c] + tol
+                                           and total - pa_ideal[I] <= (k - f) * cap + absorb[l - c] + tol)
+                any_rel = any_rel or rel[c, f]
+        depth = 0 if any_rel and I > 0 else -1
+        if depth == 0:  # count each hyperedge's members in I (walk I down to the empty ideal)
+            K = I
+            while K > 0:
+                x = mx_unit[mx_ptr[K]]
+                for q in range(inc_ptr[x], inc_ptr[x + 1]):
+                    in_I[inc_he[q]] += 1
+                K = mx_child[mx_ptr[K]]
+        stK[0] = I
+        stB[0] = U
+        stP[0] = mx_ptr[I]
+        s_pa[0] = 0.0
+        s_pc[0] = 0.0
+        s_mem[0] = 0.0
+        s_mc[0] = 0.0
+        s_ba[0] = 0
+        s_bc[0] = 0
+        s_cm[0] = 0.0
+        s_co[0] = 0.0
+        while depth >= 0:
+            K = stK[depth]
+            p = stP[depth]
+            if p < mx_ptr[K + 1] and mx_unit[p] < stB[depth]:
+                stP[depth] = p + 1
+                x = mx_unit[p]
+                J = mx_child[p]
+                npa = s_pa[depth] + pa[x]
+                npc = s_pc[depth] + pc[x]
+                nmem = s_mem[depth] + mem[x]
+                nmc = s_mc[depth] + mem_core[x]
+                nba = s_ba[depth] + bad_acc[x]
+                nbc = s_bc[depth] + bad_cpu[x]
+                # the communication of S, and the part of it that no larger S in this subtree
+                # can undo: hyperedges of S with a member outside I, or with a member numbered
+                # above x outside S (deeper steps only add units numbered below x)
+                delta = 0.0
+                delta_fixed = 0.0
+                for q in range(inc_ptr[x], inc_ptr[x + 1]):
+                    e = inc_he[q]
+                    cc = cnt[e]
+                    if cc == 0:
+                        delta += he_w[e]
+                    elif cc + 1 == he_size[e]:
+                        delta -= he_w[e]
+                    if fixed[e] < 0 and (inc_hi[q] > cc or in_I[e] < he_size[e]):
+                        fixed[e] = depth + 1
+                        delta_fixed += he_w[e]
+                    cnt[e] = cc + 1
+                ncm = s_cm[depth] + delta
+                nco = s_co[depth] + delta_fixed
+                acc_ok = k > 0 and nba == 0 and npa + nco <= cap and nmem <= M
+                if k > 0 and nba == 0 and npa + nco <= cap and nmc <= M and nmem > M:
+                    stats[1] = 1  # the relaxed run (folded memory ignored) would go on here
+                cpu_ok = l > 0 and nbc == 0 and npc <= cap
+                if not acc_ok and not cpu_ok:  # every larger part is over the bound too
+                    for q in range(inc_ptr[x], inc_ptr[x + 1]):
+                        e = inc_he[q]
+                        cnt[e] -= 1
+                        if fixed[e] == depth + 1:
+                            fixed[e] = -1
+                    continue
+                pairs += 1
+                if acc_ok:
+                    load = npa + ncm
+                    if load <= cap:
+                        stats[2] += 1
+                        for c in range(l + 1):
+                            for f in range(1, k + 1):
+                                if not rel[c, f]:
+                                    continue
+                                v = D[J, c, f - 1]
+                                if v < load:
+                                    v = load
+                                if v < D[I, c, f]:
+                                    D[I, c, f] = v
+                                    BJ[I, c, f] = J
+                                    BT[I, c, f] = 3
+                if cpu_ok:
+                    load = npc
+                    for c in range(1, l + 1):
+                        for f in range(k + 1):
+                            if not rel[c, f]:
+                                continue
+                            v = D[J, c - 1, f]
+                            if v < load:
+                                v = load
+                            if v < D[I, c, f]:
+                                D[I, c, f] = v
+                                BJ[I, c, f] = J
+                                BT[I, c, f] = 4
+                depth += 1
+                stK[depth] = J
+                stB[depth] = x
+                stP[depth] = mx_ptr[J]
+                stX[depth] = x
+                s_pa[depth] = npa
+                s_pc[depth] = npc
+                s_mem[depth] = nmem
+                s_mc[depth] = nmc
+                s_ba[depth] = nba
+                s_bc[depth] = nbc
+                s_cm[depth] = ncm
+                s_co[depth] = nco
+            else:
+                if depth > 0:
+                    x = stX[depth]
+                    for q in range(inc_ptr[x], inc_ptr[x + 1]):
+                        e = inc_he[q]
+                        cnt[e] -= 1
+                        if fixed[e] == depth:
+                            fixed[e] = -1
+                depth -= 1
+        if any_rel and I > 0:
+            K = I
+            while K > 0:
+                x = mx_unit[mx_ptr[K]]
+                for q in range(inc_ptr[x], inc_ptr[x + 1]):
+                    in_I[inc_he[q]] -= 1
+                K = mx_child[mx_ptr[K]]
+        # J = I: a device may stay empty
+        for c in range(l + 1):
+            for f in range(k + 1):
+                if not rel[c, f]:
+                    continue
+                if f > 0 and D[I, c, f - 1] < D[I, c, f]:
+                    D[I, c, f] = D[I, c, f - 1]
+                    BJ[I, c, f] = I
+                    BT[I, c, f] = 1
+                if c > 0 and D[I, c - 1, f] < D[I, c, f]:
+                    D[I, c, f] = D[I, c - 1, f]
+                    BJ[I, c, f] = I
+                    BT[I, c, f] = 2
+        I += 1
+        if pairs >= budget:
+            break
+    stats[0] += pairs
+    return I
+
+
+@njit(cache=True, nogil=True)
+def _count_pairs(mx_ptr, mx_unit, mx_child, U):  # pragma: no cover
+    """Number of pairs J ⊊ I of ideals, by the same depth-first search as `_kernel`."""
+    N = mx_ptr.shape[0] - 1
+    stK = np.empty(U + 1, dtype=np.int64)
+    stB = np.empty(U + 1, dtype=np.int64)
+    stP = np.empty(U + 1, dtype=np.int64)
+    total = 0
+    for I in range(N):
+        depth = 0
+        stK[0] = I
+        stB[0] = U
+        stP[0] = mx_ptr[I]
+        while depth >= 0:
+            K = stK[depth]
+            p = stP[depth]
+            if p < mx_ptr[K + 1] and mx_unit[p] < stB[depth]:
+                stP[depth] = p + 1
+                total += 1
+                depth += 1
+                stK[depth] = mx_child[p]
+                stB[depth] = mx_unit[p]
+                stP[depth] = mx_ptr[mx_child[p]]
+            else:
+                depth -= 1
+    return total
+
+
+def nested_pairs(ideals: Ideals) -> int:
+    """How many pairs ``J ⊊ I`` of ideals there are: the work of the plain recurrence.
+
+    ``O(pairs)`` time, ``O(U)`` extra memory (a compiled depth-first search).
+    """
+    t = _Table.of(ideals)
+    return int(_count_pairs(t.mx_ptr, t.mx_unit, t.mx_child, ideals.poset.size))
+
+
+@dataclass
+class _Table:
+    """Ideals in kernel form: CSR of maximal units and the index of the ideal without each."""
+
+    masks: list[int]
+    mx_ptr: np.ndarray
+    mx_unit: np.ndarray
+    mx_child: np.ndarray
+
+    @classmethod
+    def of(cls, ideals: Ideals) -> "_Table":
+        return cls(ideals.masks, ideals.mx_ptr, ideals.mx_unit.astype(np.int64), ideals.mx_child.astype(np.int64))
+
+    @classmethod
+    def prefixes(cls, U: int) -> "_Table":
+        """The chain 0 < 1 < ... < U-1 (a topological order): ideal i = units 0..i-1."""
+        ptr = np.concatenate([[0], np.arange(U + 1, dtype=np.int64)])
+        return cls([(1 << i) - 1 for i in range(U + 1)], ptr, np.arange(U, dtype=np.int64),
+                    np.arange(U, dtype=np.int64))
+
+
+@dataclass
+class _Run:
+    value: float            # D[all][l][k] (inf: nothing within the bound)
+    assignment: np.ndarray | None
+    pairs: int              # pairs (J, I) visited
+    within: int             # of which the accelerator load of I \ J is within the bound
+    finished: bool
+    certificate: bool       # no memory test turned on folded nodes
+
+
+def _absorb(units: _Units, l_: int, cap: float) -> np.ndarray:
+    """``absorb[c]``: the most accelerator work that ``c`` CPU cores can take off the
+    accelerators with at most ``cap`` CPU time each (a fractional knapsack, so a bound)."""
+    out = np.zeros(l_ + 1)
+    if not math.isfinite(cap):
+        out[1:] = math.inf
+        return out
+    ok = np.flatnonzero(units.bad_cpu == 0)
+    pa, pc = units.pa[ok], units.pc[ok]
+    order = np.argsort(pc / np.maximum(pa, 1e-300), kind="stable")
+    pa, pc = pa[order], pc[order]
+    cum_pc = np.concatenate([[0.0], np.cumsum(pc)])
+    cum_pa = np.concatenate([[0.0], np.cumsum(pa)])
+    for c in range(1, l_ + 1):
+        budget = c * cap
+        j = int(np.searchsorted(cum_pc, budget, side="right")) - 1  # whole units that fit
+        extra = 0.0
+        if j < len(pa) and pc[j] > 0:
+            extra = pa[j] * (budget - cum_pc[j]) / pc[j]
+        out[c] = cum_pa[j] + extra
+    return out
+
+
+def _solve(poset: UnitPoset, units: _Units, table: _Table, cluster: Cluster, cap: float,
+           deadline: float | None) -> _Run:
+    N = len(table.masks)
+    k, l_ = cluster.k, cluster.l
+    D = np.empty((N, l_ + 1, k + 1))
+    BJ = np.empty((N, l_ + 1, k + 1), dtype=np.int32)
+    BT = np.empty((N, l_ + 1, k + 1), dtype=np.int8)
+    stats = np.zeros(3, dtype=np.int64)
+    M = float(cluster.memory)
+    bound = cap * (1 + _SLACK) if math.isfinite(cap) else math.inf
+    absorb = _absorb(units, l_, bound)
+    pa_ideal = np.zeros(N)
+    i = 0
+    while i < N:
+        if deadline is not None and time.perf_counter() > deadline:
+            return _Run(math.inf, None, int(stats[0]), int(stats[2]), False, not stats[1])
+        i = _kernel(i, N, _CHUNK_PAIRS, table.mx_ptr, table.mx_unit, table.mx_child, units.pa, units.pc,
+                    units.mem, units.mem_core, units.bad_acc, units.bad_cpu, units.he_w, units.he_size,
+                    units.inc_ptr, units.inc_he, units.inc_hi, k, l_, M, bound, absorb, pa_ideal, D, BJ, BT,
+                    stats)
+    value = float(D[N - 1, l_, k])
+    if not math.isfinite(value):
+        return _Run(value, None, int(stats[0]), int(stats[2]), True, not stats[1])
+    # follow the back-pointers from (all, l, k); device f-1 / k+c-1 gets the part placed there
+    unit_dev = np.full(poset.size, -1, dtype=np.int64)
+    I, c, f = N - 1, l_, k
+    while I > 0:
+        t, J = int(BT[I, c, f]), int(BJ[I, c, f])
+        if t in (3, 4):
+            part = table.masks[I] & ~table.masks[J]
+            dev = f - 1 if t == 3 else k + c - 1
+            for x in range(poset.size):
+                if part >> x & 1:
+                    unit_dev[x] = dev
+        if t in (1, 3):
+            f -= 1
+        else:
+            c -= 1
+        I = J
+    return _Run(value, unit_dev[poset.unit], int(stats[0]), int(stats[2]), True, not stats[1])
+
+
+def _lower_bound(units: _Units, cluster: Cluster) -> float:
+    """A quick proven lower bound: the largest unit's cheapest device, and a fractional
+    balance of all compute over ``k`` accelerators and ``l`` cores (communication ignored)."""
+    k, l_ = cluster.k, cluster.l
+    a = np.where(units.bad_acc | (k == 0), np.inf, units.pa)
+    c = np.where(units.bad_cpu | (l_ == 0), np.inf, units.pc)
+    single = float(np.max(np.minimum(a, c))) if len(a) else 0.0
+    if not math.isfinite(single):
+        return math.inf
+
+    def fits(T: float) -> bool:
+        # CPU cores take the units that save most accelerator time per CPU millisecond
+        forced_cpu = ~np.isfinite(a)
+        cpu_left = l_ * T - c[forced_cpu].sum()
+        if cpu_left < 0:
+            return False
+        acc_need = a[~forced_cpu].sum()
+        free = np.flatnonzero(~forced_cpu & np.isfinite(c))
+        order = free[np.argsort(c[free] / np.maximum(a[free], 1e-300))]
+        for u in order:
+            if cpu_left <= 0:
+                break
+            take = min(1.0, cpu_left / c[u]) if c[u] > 0 else 1.0
+            acc_need -= take * a[u]
+            cpu_left -= take * c[u]
+        return acc_need <= k * T + 1e-12
+
+    lo, hi = single, max(single, float(np.minimum(a, c).sum()))
+    if fits(lo):
+        return lo
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return lo
+
+
+def _result(method: str, graph: Graph, cluster: Cluster, assignment: np.ndarray | None, status: str,
+            t0: float, bound: float | None, extra: dict) -> Result:
+    seconds = time.perf_counter() - t0
+    if assignment is None:
+        return Result(method, graph, cluster, None, None, "infeasible" if status == "optimal" else status,
+                      seconds, bound=bound, extra=extra)
+    value = float(evaluate(graph, cluster, assignment).max_load)
+    if status == "optimal":
+        bound = value
+    return Result(method, graph, cluster, assignment, value, status, seconds, bound=bound, extra=extra)
+
+
+def linear(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """Slice one topological order of the units into at most ``k + l`` blocks, optimally.
+
+    The order is the unit numbering of `devplace_lite.ideals.unit_poset` (Kahn's algorithm,
+    lowest label first). Every prefix is an ideal, so the result is a chain split and its
+    value an upper bound on `dp`'s; status ``"feasible"``. ``O(U^2 (d + kl))`` time.
+    """
+    t0 = time.perf_counter()
+    poset = unit_poset(graph)
+    units = _units(poset)
+    run = _solve(poset, units, _Table.prefixes(poset.size), cluster, math.inf, None)
+    status = "feasible" if run.assignment is not None else "infeasible"
+    return _result("linear", graph, cluster, run.assignment, status, t0, None,
+                   {"units": poset.size, "pairs": run.pairs})
+
+
+def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
+       limit: int = DEFAULT_LIMIT, prune: bool = True) -> Result:
+    """The optimal chain-of-ideals split (module docstring: problem, speed-ups, exactness).
+
+    Status ``"optimal"`` with ``bound == objective``; ``"infeasible"`` when no chain split
+    fits (memory caps, unsupported nodes); ``"time_limit"`` with the linear split as the
+    incumbent and a proven lower bound when ``time_limit`` seconds pass first. Raises
+    `GraphError` when the graph has more than ``limit`` ideals. ``prune=False`` visits every
+    nested pair (the plain recurrence, for comparison); ``extra["pairs"]`` counts them.
+    """
+    t0 = time.perf_counter()
+    deadline = None if time_limit is None else t0 + time_limit
+    extra: dict = {}
+    refolded = False
+    for merge in (True, "memoryless"):
+        poset = unit_poset(graph, merge_free=merge)
+        units = _units(poset)
+        upper = _solve(poset, units, _Table.prefixes(poset.size), cluster, math.inf, None)
+        ideals = enumerate_ideals(poset, limit)
+        # the bound is the evaluator's value of the linear split (the DP's own sums may differ in
+        # the last bits, and _SLACK covers that)
+        upper_value = None if upper.assignment is None else float(evaluate(graph, cluster, upper.assignment).max_load)
+        cap = upper_value if prune and upper_value is not None else math.inf
+        run = _solve(poset, units, _Table.of(ideals), cluster, cap, deadline)
+        extra = {"units": poset.size, "ideals": len(ideals), "pairs": run.pairs, "pairs_within": run.within,
+                 "upper_bound": upper_value, "refolded": refolded}
+        if not run.finished:
+            bound = _lower_bound(units, cluster)
+            return _result("dp", graph, cluster, upper.assignment, "time_limit", t0,
+                           None if not math.isfinite(bound) else bound, extra)
+        if run.certificate or not poset.folded.any():
+            break
+        refolded = True  # a memory test turned on folded nodes: redo without folding them
+    best = run.assignment
+    if best is None or (upper_value is not None and upper_value < evaluate(graph, cluster, best).max_load):
+        best = upper.assignment  # the DP found nothing strictly inside the slack: the bound was optimal
+    return _result("dp", graph, cluster, best, "optimal", t0, None, extra)
+
+
+def _pipedream_plan(poset: UnitPoset, units: _Units, cluster: Cluster) -> np.ndarray | None:
+    """PipeDream's planner on the unit order, without replication.
+
+    A stage ``[j, i)`` costs its compute; the activation crossing boundary ``j`` costs
+    ``comm_out(j-1)`` (times two in training: activations forward, gradients backward) and is
+    overlapped with compute, so it enters as its own term of the max, as in PipeDream. Memory
+    caps and device kinds are respected so that the plan is a valid placement.
+    """
+    g, U, k, l_ = poset.graph, poset.size, cluster.k, cluster.l
+    fwd = ~g.backward
+    out = np.zeros(U)
+    for u in range(g.n):  # data a unit sends forward: producers with a consumer in another unit
+        if fwd[u] and any(fwd[w] and poset.unit[w] != poset.unit[u] for w in g.succ[u]):
+            out[poset.unit[u]] += g.comm[u]
+    boundary = out * (2.0 if g.is_training else 1.0)
+    cpa = np.concatenate([[0.0], np.cumsum(units.pa)])
+    cpc = np.concatenate([[0.0], np.cumsum(units.pc)])
+    cmem = np.concatenate([[0.0], np.cumsum(units.mem)])
+    cba = np.concatenate([[0], np.cumsum(units.bad_acc)])
+    cbc = np.concatenate([[0], np.cumsum(units.bad_cpu)])
+    j = np.arange(U + 1)
+    inf = np.inf
+    A = np.full((U + 1, l_ + 1, k + 1), inf)
+    B = np.zeros((U + 1, l_ + 1, k + 1, 2), dtype=np.int64)
+    A[0] = 0.0
+    for i in range(1, U + 1):
+        jj = j[:i]
+        comm = np.where(jj > 0, boundary[np.maximum(jj - 1, 0)], 0.0)
+        acc = np.maximum(cpa[i] - cpa[jj], comm)
+        acc = np.where((cba[i] - cba[jj] == 0) & (cmem[i] - cmem[jj] <= cluster.memory), acc, inf)
+        cpu = np.where(cbc[i] - cbc[jj] == 0, np.maximum(cpc[i] - cpc[jj], comm), inf)
+        for c in range(l_ + 1):
+            for f in range(k + 1):
+                best, arg = inf, (-1, 0)
+                if f > 0:
+                    v = np.maximum(A[jj, c, f - 1], acc)
+                    t = int(np.argmin(v))
+                    if v[t] < best:
+                        best, arg = float(v[t]), (t, 0)
+                if c > 0:
+                    v = np.maximum(A[jj, c - 1, f], cpu)
+                    t = int(np.argmin(v))
+                    if v[t] < best:
+                        best, arg = float(v[t]), (t, 1)
+                A[i, c, f] = best
+                B[i, c, f] = arg
+    if not math.isfinite(A[U, l_, k]):
+        return None
+    unit_dev = np.empty(U, dtype=np.int64)
+    i, c, f = U, l_, k
+    while i > 0:
+        jv, kind = B[i, c, f]
+        if kind == 0:
+            unit_dev[jv:i] = f - 1
+            f -= 1
+        else:
+            unit_dev[jv:i] = k + c - 1
+            c -= 1
+        i = int(jv)
+    return unit_dev[poset.unit]
+
+
+def pipedream(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """A PipeDream-style split (Narayanan et al., 2019): PipeDream's planner on one topological
+    order, with its cost model (compute per stage, only the activation between consecutive
+    stages, transfers overlapped with compute); the split is then scored by the real model,
+    which pays every crossing producer and does not overlap. Status ``"feasible"``."""
+    t0 = time.perf_counter()
+    poset = unit_poset(graph)
+    plan = _pipedream_plan(poset, _units(poset), cluster)
+    status = "feasible" if plan is not None else "infeasible"
+    return _result("pipedream", graph, cluster, plan, status, t0, None, {"units": poset.size})
