@@ -45,10 +45,14 @@ def unit_order(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
             first.setdefault(int(units[v]), len(first))
     order = np.array(sorted(first, key=first.get), dtype=np.int64)
     follow = units.copy()
+    chosen: dict[int, int] = {}  # a backward-only unit moves as one: the first of its nodes decides
     for v in graph.topological_order():
-        if int(units[v]) not in first:
-            anc = [follow[u] for u in graph.pred[v]]
-            follow[v] = anc[0] if anc else (order[0] if len(order) else units[v])
+        u = int(units[v])
+        if u not in first:
+            if u not in chosen:
+                anc = [follow[p] for p in graph.pred[v]]
+                chosen[u] = anc[0] if anc else (order[0] if len(order) else u)
+            follow[v] = chosen[u]
     return order, follow
 
 
@@ -98,7 +102,8 @@ def min_max_blocks(weights: np.ndarray, blocks: int) -> np.ndarray:
             out[i], acc = b, acc + x
         return out
 
-    lo, hi = float(w.max()), float(w.sum())
+    # the running sums in `cut` may round a hair above w.sum(): start from a limit they cannot reach
+    lo, hi = float(w.max()), float(w.sum()) * (1 + 1e-9) + 1e-12
     for _ in range(60):
         mid = (lo + hi) / 2
         if cut(mid) is None:

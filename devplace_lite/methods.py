@@ -27,6 +27,11 @@ PARTITION: dict[str, str] = {
     "random": "baselines:random_best_of",
     "exhaustive": "baselines:exhaustive_chain",
     "dp": "dp:dp", "linear": "dp:linear", "pipedream": "dp:pipedream",
+    "kl": "heuristics.bisection:kl",
+    "etf": "heuristics.list_scheduling:etf",
+    "heft": "heuristics.list_scheduling:heft",
+    "topo-fill": "heuristics.topo_fill:topo_fill",
+    "local-search": "heuristics.local_search:local_search_method",
 }
 
 LATENCY: dict[str, str] = {}

@@ -1,0 +1,184 @@
+"""List scheduling: earliest task first (ETF) and HEFT, placements from a one-sample schedule.
+
+Problem they solve: schedule one sample (one forward, or forward and backward, pass) on the
+devices so that it finishes early, the *schedule length* or makespan. That is not our
+objective: a pipeline's throughput is set by the most loaded device, and a schedule that
+keeps one device busy on the critical path while the others idle can be short and still
+badly balanced. Placeto (Addanki et al. 2019) uses them as baselines for that reason; here
+they produce a placement that is then scored under the throughput model like every method.
+
+Shared rules: a node runs on an accelerator only if supported, on a CPU core only with a CPU
+time; a colocation class goes where its first scheduled node went; an accelerator takes a
+class only while its memory cap holds (when no device fits, the cap is ignored and the
+evaluator reports the violation). A transfer of ``u``'s output between devices takes
+``c(u)`` per accelerator end (out to host memory, in from it; CPU cores pay none).
+
+* `etf` (Hwang et al. 1989): at every step, among all ready nodes and all devices, start the
+  pair that can start earliest (ties: the node with the longest path to the end).
+  ``O(n x ready x devices)``.
+* `heft` (Topcuoglu et al. 2002): order nodes by upward rank (mean cost plus the longest
+  mean-cost path to an exit), then put each on the device where it finishes earliest, using
+  idle gaps (insertion). ``O(n log n + n x devices x gaps)``.
+
+Both give splits of any kind (not pipelines in general).
+
+Example
+-------
+>>> from devplace_lite.generators import generate
+>>> from devplace_lite.devices import Cluster
+>>> g, c = generate("series_parallel", 80, seed=1), Cluster(accelerators=3, cpus=1)
+>>> r = heft(g, c)
+>>> r.objective == r.check().max_load, r.extra["makespan"] > 0
+(True, True)
+
+References
+----------
+J.-J. Hwang, Y.-C. Chow, F. D. Anger, C.-Y. Lee, "Scheduling precedence graphs in systems with
+interprocessor communication times", SIAM J. Computing, 1989.
+H. Topcuoglu, S. Hariri, M.-Y. Wu, "Performance-effective and low-complexity task scheduling
+for heterogeneous computing", IEEE TPDS, 2002.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+
+import numpy as np
+
+from ..devices import Cluster
+from ..graph import Graph
+from ..result import Result
+from .common import finish
+
+
+class _Rules:
+    """Costs, transfer delays, colocation and memory shared by both schedulers."""
+
+    def __init__(self, graph: Graph, cluster: Cluster) -> None:
+        g, D, k = graph, cluster.size, cluster.k
+        self.g, self.D = g, D
+        self.is_acc = np.arange(D) < k
+        acc = np.where(g.supported, g.p_acc, np.inf)
+        cpu = np.where(np.isnan(g.p_cpu), np.inf, g.p_cpu)
+        self.cost = np.where(self.is_acc[None, :], acc[:, None], cpu[:, None])
+        self.units = g.units
+        self.unit_mem = np.bincount(g.units, weights=g.memory)
+        self.unit_dev = np.full(len(self.unit_mem), -1, dtype=np.int64)
+        self.mem_used = np.zeros(D)
+        self.cap = np.where(self.is_acc, cluster.memory, np.inf)
+        self.a = np.full(g.n, -1, dtype=np.int64)
+        self.finish = np.zeros(g.n)
+
+    def ready_time(self, v: int) -> np.ndarray:
+        """Earliest time ``v``'s inputs can be on each device."""
+        P = np.asarray(self.g.pred[v], dtype=np.int64)
+        if not len(P):
+            return np.zeros(self.D)
+        dp = self.a[P]
+        delay = self.g.comm[P][:, None] * (self.is_acc[dp][:, None].astype(float) + self.is_acc[None, :])
+        delay[dp[:, None] == np.arange(self.D)[None, :]] = 0.0
+        return (self.finish[P][:, None] + delay).max(axis=0)
+
+    def allowed(self, nodes: np.ndarray) -> np.ndarray:
+        """(len(nodes), D) mask of devices each node may start on now."""
+        u = self.units[nodes]
+        fixed = self.unit_dev[u]
+        ok = np.isfinite(self.cost[nodes])
+        fits = self.mem_used[None, :] + self.unit_mem[u][:, None] <= self.cap[None, :]
+        free_ok = ok & fits
+        free_ok = np.where(free_ok.any(axis=1, keepdims=True), free_ok, ok)  # nothing fits: ignore the cap
+        pinned = np.zeros_like(ok)
+        has = fixed >= 0
+        pinned[np.flatnonzero(has), fixed[has]] = True
+        return np.where(has[:, None], pinned, free_ok)
+
+    def place(self, v: int, d: int, start: float) -> float:
+        self.a[v] = d
+        self.finish[v] = start + self.cost[v, d]
+        u = self.units[v]
+        if self.unit_dev[u] < 0:
+            self.unit_dev[u] = d
+            self.mem_used[d] += self.unit_mem[u]
+        return float(self.finish[v])
+
+
+def _bottom_level(graph: Graph, weight: np.ndarray, edge: np.ndarray) -> np.ndarray:
+    """Longest path from each node to an exit: ``weight[v] + max(edge[v] + level[s])``."""
+    level = np.zeros(graph.n)
+    for v in graph.topological_order()[::-1].tolist():
+        s = graph.succ[v]
+        level[v] = weight[v] + (edge[v] + level[s].max() if s else 0.0)
+    return level
+
+
+def etf(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """Earliest task first under memory caps; scored under the throughput model."""
+    t0 = time.perf_counter()
+    R = _Rules(graph, cluster)
+    finite = np.where(np.isfinite(R.cost), R.cost, np.nan)
+    level = _bottom_level(graph, np.nan_to_num(np.nanmin(finite, axis=1)), np.zeros(graph.n))
+    indeg = np.bincount(graph.dst, minlength=graph.n)
+    ready = [int(v) for v in np.flatnonzero(indeg == 0)]
+    drt = {v: R.ready_time(v) for v in ready}
+    free = np.zeros(R.D)
+    makespan = 0.0
+    while ready:
+        nodes = np.array(ready, dtype=np.int64)
+        est = np.maximum(np.stack([drt[v] for v in ready]), free[None, :])
+        est = np.where(R.allowed(nodes), est, np.inf)
+        i, d = np.unravel_index(np.lexsort((-np.repeat(level[nodes], R.D), est.ravel()))[0], est.shape)
+        v = ready.pop(int(i))
+        del drt[v]
+        end = R.place(v, int(d), float(est[i, d]))
+        free[d] = end
+        makespan = max(makespan, end)
+        for w in graph.succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                ready.append(w)
+                drt[w] = R.ready_time(w)
+    return finish("etf", graph, cluster, R.a, t0, makespan=makespan)
+
+
+def heft(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+    """HEFT with insertion under memory caps; scored under the throughput model."""
+    t0 = time.perf_counter()
+    R = _Rules(graph, cluster)
+    D = R.D
+    finite = np.where(np.isfinite(R.cost), R.cost, np.nan)
+    mean_cost = np.nan_to_num(np.nanmean(finite, axis=1))
+    # mean transfer over ordered device pairs: c(u) per accelerator end, nothing on one device
+    pair = (R.is_acc[:, None].astype(float) + R.is_acc[None, :]) * (1 - np.eye(D))
+    rank = _bottom_level(graph, mean_cost, graph.comm * pair.mean())
+    pos = np.empty(graph.n, dtype=np.int64)
+    pos[graph.topological_order()] = np.arange(graph.n)
+    starts: list[list[float]] = [[] for _ in range(D)]
+    ends: list[list[float]] = [[] for _ in range(D)]
+    makespan = 0.0
+    for v in np.lexsort((pos, -rank)).tolist():
+        ready_at = R.ready_time(v)
+        ok = R.allowed(np.array([v]))[0]
+        best = None
+        for d in np.flatnonzero(ok).tolist():
+            s = _slot(starts[d], ends[d], float(ready_at[d]), float(R.cost[v, d]))
+            if best is None or s + R.cost[v, d] < best[0]:
+                best = (s + R.cost[v, d], d, s)
+        _, d, s = best
+        end = R.place(v, d, s)
+        j = bisect.bisect_left(starts[d], s)
+        starts[d].insert(j, s)
+        ends[d].insert(j, end)
+        makespan = max(makespan, end)
+    return finish("heft", graph, cluster, R.a, t0, makespan=makespan)
+
+
+def _slot(starts: list[float], ends: list[float], ready: float, duration: float) -> float:
+    """Earliest start at or after ``ready`` of an idle gap of ``duration`` between busy intervals."""
+    i = bisect.bisect_left(ends, ready)
+    while i < len(starts):
+        begin = max(ready, ends[i - 1] if i else 0.0)
+        if begin + duration <= starts[i]:
+            return begin
+        i += 1
+    return max(ready, ends[-1] if ends else 0.0)
