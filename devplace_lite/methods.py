@@ -32,11 +32,16 @@ PARTITION: dict[str, str] = {
     "heft": "heuristics.list_scheduling:heft",
     "topo-fill": "heuristics.topo_fill:topo_fill",
     "local-search": "heuristics.local_search:local_search_method",
+    "brkga": "brkga:brkga",
+    "ip": "mip.throughput:ip_chain", "ip-contig": "mip.throughput:ip_contiguous", "ip-noncontig": "mip.throughput:ip_noncontiguous",
 }
 
-LATENCY: dict[str, str] = {}
+LATENCY: dict[str, str] = {"ip": "mip.latency:ip", "greedy": "mip.latency:greedy"}
 
-BOUND: dict[str, str] = {}
+BOUND: dict[str, str] = {
+    "combinatorial": "bounds.combinatorial:combinatorial_bound", "stage-relax": "bounds:stage_relax",
+    "pinned": "bounds:pinned", "reach": "bounds:reach", "exact-mip": "bounds:exact_mip", "best": "bounds.best:best_bound",
+}
 
 
 def resolve(registry: dict[str, str], name: str, what: str = "method") -> Callable:

@@ -1,0 +1,198 @@
+"""Integer programs: solve time and final gap per flavour and solver, with a time limit.
+
+Cases: generated layered graphs of growing size, the project's zoo inference graphs
+(``data/graphs``) and, when ``../shared`` holds them, the authors' layer graphs; k in
+{2, 4, 8} accelerators plus one CPU core. Each run stops at a 1 % gap or the time limit,
+whichever comes first, and is compared with the exact DP (`devplace_lite.dp`) on the same
+instance. Latency rows: the latency IP against the greedy on the inference graphs. A last
+section measures the fixed-labelling symmetry rows against the solvers' own symmetry handling.
+Writes results.json (after every row, so a partial run keeps what it measured) and the table
+in README.md. Never asserts on time.
+
+    python -m benchmarks.mip.run [--quick] [--time-limit 60] [--only generated,zoo,reference,latency,symmetry]
+    python -m benchmarks.mip.run --render      # README.md from results.json, no solving
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import time
+from pathlib import Path
+
+from devplace_lite.devices import Cluster
+from devplace_lite.generators import generate
+from devplace_lite.io import load_graph, read_json, write_json_atomic
+from devplace_lite.mip.latency import greedy_latency, latency_ip
+from devplace_lite.mip.throughput import throughput_ip
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+REFERENCE = ROOT.parent / "shared/reference/msr-dnn-partitioning"
+ZOO = ["gnmt_layer_inference", "bert_layer_inference", "resnet50_layer_inference"]
+AUTHORS = ["bert24_inference", "gnmt_inference"]
+GAP = 0.01
+
+
+def dp_value(graph, cluster, limit: float):
+    from devplace_lite import dp
+
+    t0 = time.perf_counter()
+    try:
+        r = dp.dp(graph, cluster, time_limit=limit)
+    except Exception as e:  # too many ideals: the DP cannot even start
+        return {"dp_status": f"not run ({type(e).__name__})", "dp_seconds": round(time.perf_counter() - t0, 2)}
+    return {"dp_objective": r.objective, "dp_status": r.status, "dp_seconds": round(r.seconds, 3)}
+
+
+def throughput_rows(section: str, name: str, graph, ks, kinds_solvers, limit: float):
+    for k in ks:
+        cluster = Cluster(k, 1, memory=graph.defaults.get("memory", math.inf))
+        ref = dp_value(graph, cluster, limit)
+        for kind, solver in kinds_solvers:
+            r = throughput_ip(graph, cluster, kind, solver=solver, time_limit=limit, gap=GAP)
+            row = {"section": section, "graph": name, "nodes": graph.n, "k": k, "kind": kind, "solver": solver,
+                   "status": r.status, "objective": r.objective, "bound": r.bound, "gap": r.gap,
+                   "seconds": round(r.seconds, 2), "solve_seconds": r.extra.get("solve_seconds"),
+                   "warm_start": r.extra.get("warm_start"), "start_objective": r.extra.get("start_objective"),
+                   "within_1pct": r.gap is not None and r.gap <= GAP + 1e-9, **ref}
+            print(row, flush=True)
+            yield row
+
+
+def latency_rows(name: str, graph, k: int, limit: float):
+    cluster = Cluster(k, 1, memory=graph.defaults.get("memory", math.inf))
+    g = greedy_latency(graph, cluster)
+    for solver in ("scip", "highs"):
+        r = latency_ip(graph, cluster, 1, solver=solver, time_limit=limit, gap=GAP)
+        row = {"section": "latency", "graph": name, "nodes": graph.n, "k": k, "kind": "latency q=1",
+               "solver": solver, "status": r.status, "objective": r.objective, "bound": r.bound, "gap": r.gap,
+               "seconds": round(r.seconds, 2), "greedy": g.objective, "warm_start": r.extra.get("warm_start")}
+        print(row, flush=True)
+        yield row
+
+
+def symmetry_rows(limit: float):
+    g = generate("layered", 60, seed=0)
+    c = Cluster(4, 1)
+    for solver in ("scip", "highs"):
+        for sym in (False, True):
+            r = throughput_ip(g, c, "contiguous", solver=solver, time_limit=limit, symmetry=sym)
+            row = {"section": "symmetry", "graph": g.name, "nodes": g.n, "k": 4, "kind": "contiguous",
+                   "solver": solver, "symmetry_rows": sym, "status": r.status, "objective": r.objective,
+                   "bound": r.bound, "gap": r.gap, "seconds": round(r.seconds, 2)}
+            print(row, flush=True)
+            yield row
+
+
+def cases(quick: bool, limit: float, only: set[str]):
+    both = [(kind, s) for kind in ("chain", "contiguous") for s in ("scip", "highs")] + [("noncontiguous", "scip")]
+    ks = (2, 4) if quick else (2, 4, 8)
+    if "generated" in only:
+        for n in ((30, 60) if quick else (50, 150, 300)):
+            g = generate("layered", n, seed=0)
+            yield from throughput_rows("generated", f"layered-{n}", g, ks, both, limit)
+    if "zoo" in only:
+        for name in ZOO[:2] if quick else ZOO:
+            path = ROOT / "data/graphs" / f"{name}.json"
+            if path.exists():
+                yield from throughput_rows("zoo", name, load_graph(path), ks, both[:4], limit)
+    if "reference" in only and (REFERENCE / "throughput-inputs").is_dir():
+        for name in AUTHORS[:1] if quick else AUTHORS:
+            g = load_graph(REFERENCE / "throughput-inputs/LayerGraphs" / f"{name}.json")
+            yield from throughput_rows("reference", name, g, ks, both[:4], limit)
+    if "latency" in only:
+        for name in ZOO[:2] if quick else ZOO:
+            path = ROOT / "data/graphs" / f"{name}.json"
+            if path.exists():
+                yield from latency_rows(name, load_graph(path), 4, limit)
+        if (REFERENCE / "latency-inputs").is_dir():
+            for name in AUTHORS[:1] if quick else AUTHORS:
+                g = load_graph(REFERENCE / "latency-inputs/LayerGraphs" / f"{name}.json")
+                yield from latency_rows(f"{name} (authors')", g, g.defaults.get("accelerators", 4), limit)
+    if "symmetry" in only:
+        yield from symmetry_rows(limit)
+
+
+def fmt(x, spec=".4g"):
+    return "-" if x is None else format(x, spec)
+
+
+def table(rows) -> str:
+    out = ["| section | graph | nodes | k | flavour | solver | status | objective | bound | gap | s | DP | DP s |",
+           "| --- | --- | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        extra = r.get("dp_objective") if r["section"] != "latency" else r.get("greedy")
+        label = "greedy " if r["section"] == "latency" else ""
+        flav = r["kind"] + (" +sym rows" if r.get("symmetry_rows") else "")
+        out.append(f"| {r['section']} | {r['graph']} | {r['nodes']} | {r['k']} | {flav} | {r['solver']} | "
+                   f"{r['status']} | {fmt(r['objective'])} | {fmt(r['bound'])} | "
+                   f"{fmt(None if r['gap'] is None else 100 * r['gap'], '.2f')}% | {r['seconds']:.1f} | "
+                   f"{label}{fmt(extra)} | {fmt(r.get('dp_seconds'), '.2f')} |")
+    return "\n".join(out)
+
+
+def summary(rows) -> str:
+    """The target of issue 5, checked on the rows: chain and contiguous, <= 300 operators,
+    k <= 8, proven within 1 % in under 60 s by SCIP or HiGHS."""
+    lines = ["", "### Target check (written from the rows above)", ""]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["section"] in ("generated", "zoo", "reference") and r["kind"] in ("chain", "contiguous"):
+            groups.setdefault((r["section"], r["graph"], r["nodes"], r["k"], r["kind"]), []).append(r)
+    met = [key for key, rs in groups.items() if any(r["within_1pct"] and r["seconds"] < 60 for r in rs)]
+    lines.append(f"Met on {len(met)} of {len(groups)} (instance, flavour) pairs by at least one solver.")
+    for kind in ("chain", "contiguous"):
+        miss = [(key, min(r["gap"] for r in rs if r["gap"] is not None)) for key, rs in groups.items()
+                if key[4] == kind and key not in met]
+        if miss:
+            worst = max(miss, key=lambda t: t[1])
+            lines.append(f"* {kind}: missed on {len(miss)} pairs; the best solver's gap at the limit ranges "
+                         f"{100 * min(g for _, g in miss):.1f}-{100 * worst[1]:.1f} % (worst: {worst[0][1]}, "
+                         f"{worst[0][2]} operators, k = {worst[0][3]}).")
+        else:
+            lines.append(f"* {kind}: met everywhere.")
+    for section in ("generated", "zoo", "reference"):
+        keys = [key for key in groups if key[0] == section]
+        if keys:
+            hit = [key for key in keys if key in met]
+            lines.append(f"* {section}: {len(hit)} of {len(keys)} met"
+                         + (f"; largest met: {max(hit, key=lambda t: (t[2], t[3]))[1:4]}" if hit else "") + ".")
+    return "\n".join(lines) + "\n"
+
+
+def render(rows) -> None:
+    order = ["generated", "zoo", "reference", "latency", "symmetry"]
+    rows = sorted(rows, key=lambda r: order.index(r["section"]))  # stable within a section
+    readme = HERE / "README.md"
+    head = readme.read_text().split("<!-- table -->")[0] if readme.exists() else "# Integer programs\n\n"
+    readme.write_text(head + "<!-- table -->\n" + table(rows) + "\n" + summary(rows))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes, k in {2, 4}")
+    p.add_argument("--time-limit", type=float, default=60.0)
+    p.add_argument("--only", default="generated,zoo,reference,latency,symmetry")
+    p.add_argument("--render", action="store_true", help="only rewrite README.md from results.json")
+    args = p.parse_args(argv)
+    if args.render:
+        render(read_json(HERE / "results.json")["rows"])
+        return
+    only = set(args.only.split(","))
+    # a partial run (--only) replaces its own sections and keeps the others' rows
+    old = read_json(HERE / "results.json")["rows"] if (HERE / "results.json").exists() else []
+    kept = [r for r in old if r["section"] not in only]
+    rows: list[dict] = []
+    meta = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+            "command": "python -m benchmarks.mip.run" + (" --quick" if args.quick else ""),
+            "time_limit": args.time_limit, "gap": GAP, "threads": 1}
+    for row in cases(args.quick, args.time_limit, only):
+        rows.append(row)
+        write_json_atomic(HERE / "results.json", {**meta, "rows": kept + rows})
+    render(kept + rows)
+
+
+if __name__ == "__main__":
+    main()

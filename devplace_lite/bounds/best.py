@@ -1,0 +1,144 @@
+"""`best_bound`: the strongest lower bound the library can prove within a time budget.
+
+The order is cheapest first, and each step starts from what the previous ones proved:
+
+1. the combinatorial bound (closed form, any split);
+2. the exact ideal DP (`devplace_lite.dp`) when the graph has at most `DP_IDEALS` ideals and no
+   backward node without a forward partner (the DP attaches those to a neighbour, which can
+   cost optimality, so its answer would not be a proven bound there): its optimum is the chain
+   optimum, the best bound there is;
+3. a quick upper bound, a short order search (`devplace_lite.brkga`, a tenth of the budget):
+   it tells when the bound is already tight and where to aim the reach bound's probes;
+4. the pinned-stage bound on the units with the largest neighbourhood bounds;
+5. the window relaxation for the middle stage (a tenth of what is left);
+6. the reach bound (a search on ``T``), unless the gap is already closed;
+7. the exact ordered-stage MIP when the instance is small (``U (k + l) <= 2000`` binaries),
+   with whatever time is left; its incumbent can also lower the upper bound.
+
+Steps 2 and 4-7 bound the chain-of-ideals optimum only; with ``kind="any"`` (a placement that need not
+be a pipeline, e.g. from a non-contiguous IP) only step 1 applies.
+
+Example
+-------
+>>> from devplace_lite.generators import skip_chain
+>>> from devplace_lite.devices import Cluster
+>>> b = best_bound(skip_chain(30, seed=0), Cluster(accelerators=4), time_limit=5)
+>>> b.status, b.extra["tight"]
+('optimal', True)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..devices import Cluster
+from ..graph import Graph, GraphError
+from .bound import Bound
+from .combinatorial import combinatorial_bound, neighbourhood
+from .single_stage import pinned_bound, reach_bound
+from .stages import stage_mip, window_relaxation
+from .units import UnitModel
+
+#: Largest exact MIP (binaries) that `best_bound` attempts.
+EXACT_LIMIT = 2000
+#: At most this many units get a pinned-stage MIP.
+PINNED = 16
+#: The ideal DP is tried on graphs with at most this many ideals.
+DP_IDEALS = 50_000
+
+
+def _quick_upper(graph: Graph, cluster: Cluster, time_limit: float) -> float:
+    """The max-load of a short order search (`devplace_lite.brkga`), ``inf`` if none fits."""
+    from ..brkga import brkga  # brkga builds on bounds.units: import late
+
+    r = brkga(graph, cluster, time_limit=time_limit, patience=20)
+    return math.inf if r.objective is None else r.objective
+
+
+def _exact_dp(graph: Graph, cluster: Cluster, time_limit: float):
+    """The ideal DP's optimal `Result`, or None (too many ideals, or out of time)."""
+    from ..dp import dp
+    from ..ideals import count_ideals
+
+    if count_ideals(graph, DP_IDEALS) is None:
+        return None
+    r = dp(graph, cluster, time_limit=max(time_limit, 0.01), limit=DP_IDEALS)
+    return r if r.status in ("optimal", "infeasible") else None
+
+
+def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, kind: str = "chain",
+               upper: float | None = None, use_dp: bool = True) -> Bound:
+    """The best proven lower bound on the optimal max-load within ``time_limit`` seconds
+    (default 10).
+
+    ``kind="chain"`` bounds the chain-of-ideals optimum (the pipeline splits the DP searches);
+    ``kind="any"`` bounds the optimum over all placements (use it for a method whose answer
+    need not be a chain). ``upper``: the objective of a known placement of that kind, if any.
+    ``use_dp=False`` leaves out the ideal DP (to measure what the relaxations alone prove).
+    Status ``optimal`` when the bound is proven tight (it meets a split found here or
+    ``upper``, so it is the optimum), ``time_limit`` otherwise (more time could raise it).
+    ``extra``: each component's bound and time, the upper bound seen, and ``tight``.
+    """
+    t0 = time.perf_counter()
+    budget = 10.0 if time_limit is None else float(time_limit)
+    if kind not in ("chain", "any"):
+        raise GraphError(f"unknown split kind {kind!r} for a bound (expected chain or any)")
+    comb = combinatorial_bound(graph, cluster)
+    parts = {"combinatorial": {"bound": comb.bound, "seconds": round(comb.seconds, 4), "status": comb.status}}
+    if comb.status == "infeasible" or kind == "any":
+        tight = upper is not None and comb.bound >= upper * (1 - 1e-9)
+        return Bound(comb.bound, "best", time.perf_counter() - t0, comb.status if not tight else "optimal",
+                     kind="any", extra={"components": parts, "tight": tight, **comb.extra})
+    model = UnitModel(graph, cluster, chain=True)
+    lo, ub = comb.bound, math.inf if upper is None else float(upper)
+
+    def left() -> float:
+        return budget - (time.perf_counter() - t0)
+
+    def closed() -> bool:
+        return math.isfinite(ub) and lo >= ub * (1 - 1e-6)
+
+    def record(b: Bound) -> None:
+        nonlocal lo
+        parts[b.method] = {"bound": b.bound, "seconds": round(b.seconds, 4), "status": b.status}
+        lo = max(lo, b.bound)
+
+    if use_dp and not closed() and not np.any(~model.forward):
+        exact = _exact_dp(graph, cluster, 0.4 * left())
+        if exact is not None:
+            parts["dp"] = {"bound": exact.objective if exact.objective is not None else math.inf,
+                           "seconds": round(exact.seconds, 4), "status": exact.status}
+            if exact.status == "infeasible":
+                return Bound(math.inf, "best", time.perf_counter() - t0, "infeasible", kind="chain",
+                             extra={"components": parts, "tight": True})
+            lo = max(lo, exact.objective)
+            ub = min(ub, exact.objective)
+    if not closed():
+        ub = min(ub, _quick_upper(graph, cluster, 0.1 * left()))
+    if not closed() and left() > 0:
+        # a stage holding v costs at least nb(v): units far below the bound rarely matter
+        nb = neighbourhood(model)
+        candidates = [int(v) for v in np.argsort(-nb, kind="stable") if np.isfinite(nb[v]) and nb[v] >= 0.5 * lo]
+        record(pinned_bound(model, candidates[:PINNED], time_limit=0.15 * left(), lower=lo))
+    if not closed() and left() > 0 and cluster.k:
+        # one window (the middle stage, modelled exactly): cheap, and a floor for the reach search
+        w = window_relaxation(graph, cluster, (cluster.k + 1) // 2, time_limit=0.1 * left(), lower=lo, model=model)
+        w.method = "stage-relax"
+        record(w)
+    if not closed() and left() > 0:
+        record(reach_bound(model, lower=lo, upper=ub if math.isfinite(ub) else None,
+                           time_limit=0.8 * left() if model.U * (cluster.k + cluster.l) <= EXACT_LIMIT else left()))
+    if not closed() and left() > 0.05 and model.U * (cluster.k + cluster.l) <= EXACT_LIMIT:
+        r = stage_mip(graph, cluster, time_limit=0.95 * left(), lower=lo)
+        if r.bound is not None:
+            record(Bound(r.bound, "exact-mip", r.seconds, r.status if r.status != "infeasible" else "infeasible",
+                         kind="chain"))
+        if r.objective is not None:
+            ub = min(ub, r.objective)
+    tight = closed()
+    status = "optimal" if tight else "time_limit"
+    return Bound(min(lo, ub) if math.isfinite(ub) else lo, "best", time.perf_counter() - t0, status, kind="chain",
+                 extra={"components": parts, "upper": ub if math.isfinite(ub) else None, "tight": tight})

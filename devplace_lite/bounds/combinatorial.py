@@ -1,0 +1,150 @@
+"""Closed-form lower bounds on the optimal largest load, valid for *any* split.
+
+Let ``T*`` be the optimal max-load over all feasible placements (any split kind; a chain split
+is one of them, so every bound here also bounds the chain optimum). Three facts:
+
+* **Classic** (Archer et al., 2024, without CPU cores): ``T* >= max(sum p_acc / k, max p_acc)``.
+  The devices share the work, and the device of the largest node pays at least its work.
+  With CPU cores it is *not* valid (a core takes work without counting in ``sum p_acc / k``),
+  so `classic_bound` refuses clusters with cores.
+* **Neighbourhood.** Put unit ``U`` on an accelerator with unit set ``S``. For every hyperedge
+  ``h`` through ``U``, either all of ``h`` is in ``S`` (the device pays the work of ``h``'s other
+  units) or ``h`` crosses ``S`` (it pays ``c(h)``). Sharing each neighbour's work among the
+  ``deg_U(X)`` hyperedges that contain both ``U`` and ``X`` avoids counting it twice:
+  ``load >= nb(U) = p_acc(U) + sum_h min(c(h), sum_{X in h, X != U} p_acc(X) / deg_U(X))``
+  (``c(h)`` alone when some ``X`` may not run on an accelerator). On a CPU core the unit
+  costs ``p_cpu(U)``. So ``T* >= max_U min(nb(U), p_cpu(U))`` over the devices ``U`` may use.
+* **Knapsack.** For a guess ``T``, a unit with ``nb(U) > T`` cannot sit on an accelerator and
+  one with ``p_cpu(U) > T`` cannot sit on a core. The accelerators hold at most ``k T`` of
+  accelerator work and the cores at most ``l T`` of CPU work; whether some *fractional* split
+  of the units fits is a fractional knapsack (move units to the cores in order of saved
+  accelerator time per CPU time). If not even a fraction fits, ``T < T*``. Feasibility only
+  grows with ``T``, so bisection finds the least feasible ``T``: a bound that is the classic
+  one without cores and stays valid with them.
+
+Complexity ``O(n + sum_h |h|^2)`` for the neighbourhood terms and ``O(U log U)`` per
+bisection step (60 steps).
+
+Example
+-------
+>>> from devplace_lite.generators import skip_chain
+>>> from devplace_lite.devices import Cluster
+>>> g = skip_chain(20, seed=0)
+>>> b = combinatorial_bound(g, Cluster(accelerators=4))
+>>> b.bound >= classic_bound(g, Cluster(accelerators=4)).bound
+True
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..devices import Cluster
+from ..graph import Graph, GraphError
+from .bound import Bound
+from .units import UnitModel
+
+
+def classic_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) -> Bound:
+    """``max(sum p_acc / k, max p_acc)``: the textbook bound; clusters without CPU cores only."""
+    t0 = time.perf_counter()
+    if cluster.l:
+        raise GraphError("the classic bound sum(p_acc)/k is not valid when CPU cores can take work; "
+                         "use the combinatorial bound")
+    if not graph.supported.all():
+        return Bound(math.inf, "classic", time.perf_counter() - t0, "infeasible")
+    value = max(float(graph.p_acc.sum()) / cluster.k, float(graph.p_acc.max(initial=0.0)))
+    return Bound(value, "classic", time.perf_counter() - t0, "trivial")
+
+
+def neighbourhood(model: UnitModel) -> np.ndarray:
+    """``nb(U)`` for every unit (``inf`` for units no accelerator may hold)."""
+    U = model.U
+    nb = model.pa.astype(float).copy()
+    incident: list[list[int]] = [[] for _ in range(U)]
+    for h in range(model.H):
+        incident[int(model.h_root[h])].append(h)
+        for x in model.members(h).tolist():
+            incident[x].append(h)
+    for u in range(U):
+        if not incident[u]:
+            continue
+        groups = [[int(model.h_root[h])] + model.members(h).tolist() for h in incident[u]]
+        deg: dict[int, int] = {}
+        for grp in groups:
+            for x in grp:
+                if x != u:
+                    deg[x] = deg.get(x, 0) + 1
+        for h, grp in zip(incident[u], groups):
+            others = [x for x in grp if x != u]
+            if not all(model.acc_ok[x] for x in others):
+                nb[u] += model.h_cost[h]
+            else:
+                nb[u] += min(model.h_cost[h], sum(model.pa[x] / deg[x] for x in others))
+    return np.where(model.acc_ok, nb, np.inf)
+
+
+def _fits(T: float, k: int, l_: int, nb: np.ndarray, pa: np.ndarray, pc: np.ndarray) -> bool:
+    """Whether a fractional split of the units fits under ``T`` (see the module docstring)."""
+    can_acc = nb <= T
+    can_cpu = np.isfinite(pc) & (pc <= T)
+    if not np.all(can_acc | can_cpu):
+        return False
+    forced_cpu = can_cpu & ~can_acc
+    flexible = can_acc & can_cpu
+    room = l_ * T - float(pc[forced_cpu].sum())
+    if room < 0:
+        return False
+    acc_work = float(pa[can_acc & ~can_cpu].sum())
+    fp, fc = pa[flexible], pc[flexible]
+    free = fc <= 0
+    keep_p, keep_c = fp[~free], fc[~free]
+    order = np.argsort(-keep_p / keep_c, kind="stable")
+    keep_p, keep_c = keep_p[order], keep_c[order]
+    cum = np.cumsum(keep_c)
+    whole = int(np.searchsorted(cum, room, side="right"))  # units moved to the cores entirely
+    acc_work += float(keep_p[whole:].sum())
+    if whole < len(keep_p):  # part of the next unit fits in what room is left
+        left = room - (float(cum[whole - 1]) if whole else 0.0)
+        acc_work -= keep_p[whole] * left / keep_c[whole]
+    return acc_work <= k * T * (1 + 1e-12)
+
+
+def combinatorial_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) -> Bound:
+    """The strongest closed-form bound of this module: ``max`` of the neighbourhood bound and
+    the knapsack bound, valid for any split, with or without CPU cores and memory caps (a
+    memory cap only forbids units bigger than it on accelerators)."""
+    t0 = time.perf_counter()
+    model = UnitModel(graph, cluster, chain=False)
+    nb = neighbourhood(model)
+    pc = np.where(model.cpu_ok, model.pc, np.nan)
+    pc_inf = np.where(np.isnan(pc), np.inf, pc)
+    extra = {"largest_unit": float(np.fmin(np.where(model.acc_ok, model.pa, np.inf), pc_inf).max()),
+             "neighbourhood": float(np.fmin(nb, pc_inf).max())}
+    unit_best = np.fmin(nb, pc_inf)
+    if not np.all(np.isfinite(unit_best)):
+        bad = int(np.flatnonzero(~np.isfinite(unit_best))[0])
+        node = graph.nodes[int(np.flatnonzero(model.unit == bad)[0])].id
+        return Bound(math.inf, "combinatorial", time.perf_counter() - t0, "infeasible",
+                     extra={"reason": f"node {node} fits on no device of the cluster"})
+    lo = float(unit_best.max())
+    hi = lo + float(model.pa.sum()) + float(np.nansum(pc)) + 1.0
+    if cluster.l == 0:  # every unit on an accelerator: the bisection has a closed form
+        value = max(lo, float(model.pa.sum()) / cluster.k)
+    elif _fits(lo, cluster.k, cluster.l, nb, model.pa, pc):
+        value = lo
+    else:
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if _fits(mid, cluster.k, cluster.l, nb, model.pa, pc):
+                hi = mid
+            else:
+                lo = mid
+        value = lo
+    extra["knapsack"] = value
+    if cluster.l == 0:
+        extra["total_work_over_k"] = float(model.pa.sum()) / max(cluster.k, 1)
+    return Bound(value, "combinatorial", time.perf_counter() - t0, "trivial", kind="any", extra=extra)
