@@ -25,10 +25,13 @@ The big-M rows switch a time row off when its indicator is 0. ``M`` must exceed 
 in the solutions we care about: we take the latency ``UB`` of the warm start (a feasible
 split) and cap ``T`` and every time variable by it, so a row that is off can never bind and
 no split better than the warm start is cut off. Without a warm start ``M`` is the longest any
-schedule can take (every node's slower time plus every transfer in every slot).
+schedule can take (every node's slower time plus every transfer in every slot). With the
+0/1 variables fractional every big-M row is mostly off, so the relaxation alone proves
+nothing; each ``L[v]`` therefore gets the valid lower bound `earliest_finish` (the fastest
+path into ``v``), which lifts the relaxation to the critical path. The warm start's latency
+also rules out placing a node where it alone takes longer (`UnitData`'s ``cap``).
 
-Complexity: NP-hard; ``(k q + 1) n`` binaries and ``O((n + m) k q)`` rows; the LP relaxation
-is weak (big-M), which is why the chapter shows the solver's bound climbing slowly.
+Complexity: NP-hard; ``(k q + 1) n`` binaries and ``O((n + m) k q)`` rows.
 
 Example
 -------
@@ -171,6 +174,8 @@ def warm_candidates(graph: Graph, cluster: Cluster, q: int,
 
 # -- the formulation -------------------------------------------------------------------------------------
 class _LatencyModel:
+    """The rows of the module docstring, for ``q`` slots per accelerator and a given ``M``."""
+
     def __init__(self, data: UnitData, q: int, big_m: float, symmetry: bool) -> None:
         self.data, self.q = data, q
         g, c = data.graph, data.cluster
@@ -189,9 +194,9 @@ class _LatencyModel:
         self.wc = m.add_vars(U, ub=data.cpu_ok.astype(float), integer=True)
         for u in range(U):
             m.add_row([(self.w[u, d], 1.0) for d in range(k)] + [(self.wc[u], 1.0)], lo=1.0, hi=1.0)
-        if math.isfinite(c.memory):
+        if data.memory_binds:
             for d in range(k):
-                m.add_row([(self.w[u, d], data.memory[u]) for u in range(U)], hi=c.memory)
+                m.add_row([(self.w[u, d], data.memory_share[u]) for u in range(U)], hi=1.0)
         if q == 1:
             self.x = self.w[unit]  # one slot per accelerator: the node's slot is its unit's device
         else:
@@ -348,6 +353,7 @@ def latency_ip(graph: Graph, cluster: Cluster, q: int = 1, *, solver: str = "sci
             a = canonical_labels(data, a)
         start = (start[0], a, p, evaluate_latency(graph, cluster, a, p).latency)
         big_m = min(big_m, start[3])
+        data = UnitData(graph, cluster, cap=start[3])  # no better split runs a unit where it alone is slower
         extra["warm_start"] = start[0]
         extra["start_objective"] = start[3]
     form = _LatencyModel(data, q, big_m, symmetry)

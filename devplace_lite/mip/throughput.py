@@ -98,10 +98,17 @@ def canonical_kind(kind: str) -> str:
 
 @dataclass
 class UnitData:
-    """The per-unit view of a graph and cluster that the formulations share."""
+    """The per-unit view of a graph and cluster that the formulations share.
+
+    ``cap``: a known upper bound on the optimum (the warm start's value). A unit whose time on
+    a device type exceeds it cannot sit there in any split at least as good, so the models
+    leave those columns out; when no unit may use a CPU core, the chain model drops its CPU
+    stages altogether.
+    """
 
     graph: Graph
     cluster: Cluster
+    cap: float = math.inf
 
     @cached_property
     def unit(self) -> np.ndarray:
@@ -131,13 +138,13 @@ class UnitData:
     def acc_ok(self) -> np.ndarray:
         bad = np.zeros(self.U, dtype=bool)
         np.logical_or.at(bad, self.unit, ~self.graph.supported)
-        return ~bad & (self.cluster.k > 0)
+        return ~bad & (self.cluster.k > 0) & ~(self.p_acc > self.cap)
 
     @cached_property
     def cpu_ok(self) -> np.ndarray:
         bad = np.zeros(self.U, dtype=bool)
         np.logical_or.at(bad, self.unit, np.isnan(self.graph.p_cpu))
-        return ~bad & (self.cluster.l > 0)
+        return ~bad & (self.cluster.l > 0) & ~(self.p_cpu > self.cap)
 
     @cached_property
     def allowed(self) -> np.ndarray:
@@ -181,6 +188,17 @@ class UnitData:
         dev = np.empty(self.U, dtype=np.int64)
         dev[self.unit] = assignment
         return dev
+
+    @cached_property
+    def memory_binds(self) -> bool:
+        """Whether a memory row can ever bind (else the models leave them out)."""
+        return math.isfinite(self.cluster.memory) and self.memory.sum() > self.cluster.memory
+
+    @cached_property
+    def memory_share(self) -> np.ndarray:
+        """Unit memory as a share of the cap: memory rows read ``sum share x <= 1``, so bytes
+        (1e9) and milliseconds (1e-3) do not meet in one badly scaled matrix."""
+        return self.memory / self.cluster.memory
 
     def lower_bound(self) -> float:
         """max(largest unit, total work / devices), each unit at its cheapest allowed device."""
@@ -243,8 +261,8 @@ class _DeviceModel:
             if d < k:
                 m.add_row([(x[u, d], data.p_acc[u]) for u in range(U)]
                           + [(y[r, d], comm[r]) for r in range(len(producers))] + [(T, -1.0)], hi=0.0)
-                if math.isfinite(c.memory):
-                    m.add_row([(x[u, d], data.memory[u]) for u in range(U)], hi=c.memory)
+                if data.memory_binds:
+                    m.add_row([(x[u, d], data.memory_share[u]) for u in range(U)], hi=1.0)
             else:
                 m.add_row([(x[u, d], data.p_cpu[u]) for u in range(U)] + [(T, -1.0)], hi=0.0)
         if contiguous:
@@ -311,7 +329,8 @@ class _StageModel:
     def __init__(self, data: UnitData) -> None:
         self.data = data
         c, U = data.cluster, data.U
-        k, l = c.k, c.l
+        k = c.k
+        l = self.l = c.l if data.cpu_ok.any() else 0  # no unit may use a core: no CPU stages
         self.is_acc = np.array(([False] * l + [True]) * k + [False] * l, dtype=bool)
         S = self.S = len(self.is_acc)
         cpu_slots = np.flatnonzero(~self.is_acc)
@@ -359,8 +378,8 @@ class _StageModel:
             if self.is_acc[s]:
                 terms = [(c_, data.p_acc[u] * v) for u in range(U) for c_, v in member(u, s)]
                 terms += [(self.y[r, s], comm[r]) for r in range(len(producers))]
-                if math.isfinite(c.memory):
-                    m.add_row([(c_, data.memory[u] * v) for u in range(U) for c_, v in member(u, s)], hi=c.memory)
+                if data.memory_binds:
+                    m.add_row([(c_, data.memory_share[u] * v) for u in range(U) for c_, v in member(u, s)], hi=1.0)
             else:
                 terms = [(c_, data.p_cpu[u] * v) for u in range(U) for c_, v in member(u, s)]
                 cpu_total += terms
@@ -380,7 +399,7 @@ class _StageModel:
     def encode(self, assignment: np.ndarray) -> np.ndarray:
         data, gr = self.data, self.data.graph
         c = data.cluster
-        k, l = c.k, c.l
+        k, l = c.k, self.l
         order = chain_order(gr, c, assignment)
         used = set(order)
         order += [d for d in range(c.size) if d not in used]  # devices only backward nodes use
@@ -388,6 +407,8 @@ class _StageModel:
         acc_slots = np.flatnonzero(self.is_acc).tolist()
         gap, in_gap = 0, 0
         for d in order:
+            if d >= k and not l:
+                continue  # an unused core (every used one has a stage)
             if d < k:
                 slot_of[d] = acc_slots[gap]
                 gap, in_gap = gap + 1, 0
@@ -513,6 +534,8 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         return Result(method, graph, cluster, None, None, "infeasible", time.perf_counter() - t0, extra=extra)
     budget = 10.0 if time_limit is None else 0.2 * time_limit  # for the DP's warm start
     start = _pick_start(data, kind, warm_start, symmetry, budget)
+    if start is not None:  # nothing better may put a unit where it alone takes longer than the start
+        data = UnitData(graph, cluster, cap=float(evaluate(graph, cluster, start[1]).max_load))
     form = _StageModel(data) if kind == "chain" else _DeviceModel(data, kind == "contiguous", symmetry)
     start_vec = None
     if start is not None:
