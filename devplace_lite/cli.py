@@ -12,37 +12,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import pkgutil
 import sys
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from . import methods
+from .commands import emit, print_json
 from .cost import evaluate
 from .devices import Cluster
 from .graph import Graph, GraphError
-from .io import load_graph, load_placement, save_graph, write_json_atomic
+from .io import load_graph, load_placement, save_graph
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
         raise GraphError(message if self.prog == "devplace" else f"{self.prog}: {message}")
-
-
-def _print_json(obj: Any) -> None:
-    def clean(x):
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        return x
-    json.dump(clean(obj), sys.stdout, indent=1)
-    sys.stdout.write("\n")
 
 
 def _cluster_args(p: argparse.ArgumentParser, k_required: bool = False) -> None:
@@ -76,7 +63,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "width": width(g),
     }
     if args.json:
-        _print_json(info)
+        print_json(info)
         return 0
     for key, value in info.items():
         if key == "ideals" and value is None:
@@ -101,7 +88,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ev = evaluate(g, c, load_placement(args.placement, g, c))
     out = ev.to_dict()
     if args.json:
-        _print_json(out)
+        print_json(out)
         return 0
     print(f"max load {_fmt(out['objective'])} on {ev.bottleneck}; split: {ev.split}; "
           f"{'feasible' if ev.feasible else 'INFEASIBLE'}")
@@ -123,10 +110,7 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
     if registry is methods.PARTITION:
         _certify(res, args.bound_time)
     out = res.to_json()
-    if args.out:
-        write_json_atomic(args.out, out)
-    if args.json:
-        _print_json(out)
+    if emit(out, args):
         return 0
     print(f"{res.method}: objective {_fmt(res.objective)}  status {res.status}  bound {_fmt(res.bound)}  "
           f"gap {_fmt(res.gap)}  {res.seconds:.3f}s  split {out.get('split', '-')}")
@@ -168,7 +152,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     b = fn(g, c, time_limit=args.time_limit)
     out = b.to_json() if hasattr(b, "to_json") else dict(b)
     if args.json:
-        _print_json(out)
+        print_json(out)
         return 0
     print(f"{out['method']}: bound {_fmt(out['bound'])}  status {out['status']}  {out['seconds']:.3f}s")
     return 0

@@ -16,9 +16,9 @@ exercise, or ``n/a`` not attempted, ``missing``, ``timeout``, ``crashed``, ``err
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
+
+from . import print_json
 
 HELP = "grade a folder of exercise submissions (score table or --json)"
 
@@ -59,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
     listing = [{"id": e.id, "name": e.name, "title": e.title, "instances": e.n} for e in chosen]
     if args.list:
         if args.json:
-            json.dump({"exercises": listing}, sys.stdout, indent=1)
-            sys.stdout.write("\n")
+            print_json({"exercises": listing})
         else:
             for e in listing:
                 print(f"{e['id']:6s} {e['name']:22s} {e['title']}")
@@ -69,9 +68,8 @@ def run(args: argparse.Namespace) -> int:
         raise GraphError("grade: give the folder of submissions (or --list)")
     subs = grade_folder(Path(args.submissions), chosen, timeout=args.timeout, seed=args.seed, jobs=args.jobs)
     if args.json:
-        json.dump({"exercises": listing, "seed": args.seed, "timeout": args.timeout,
-                   "submissions": [s.to_dict() for s in subs]}, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json({"exercises": listing, "seed": args.seed, "timeout": args.timeout,
+                   "submissions": [s.to_dict() for s in subs]})
         return 0
     if not subs:
         print(f"no submissions (.py, .ipynb, .md) in {args.submissions}")

@@ -22,13 +22,11 @@ torch is imported inside `run`, never when the CLI starts.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import shlex
-import sys
 from typing import Any
 
 from ..graph import GraphError
+from . import emit
 
 HELP = "run a partitioned model as a real torch pipeline (one process per stage), or time its stages"
 
@@ -149,16 +147,6 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def _clean(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def run(args: argparse.Namespace) -> int:
     if args.stages < 1:
         raise GraphError(f"-k must be at least 1, got {args.stages}")
@@ -215,14 +203,7 @@ def run(args: argparse.Namespace) -> int:
         answer["stages"] = times.to_json()
         answer["forecast"] = check_forecast(plan, times, microbatches=args.microbatches)
         answer["predicted_throughput"] = times.predicted_throughput(plan.predicted_comm_ms)
-    answer = _clean(answer)
-    if args.out:
-        from ..io import write_json_atomic
-
-        write_json_atomic(args.out, answer)
-    if args.json:
-        json.dump(answer, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+    if emit(answer, args):
         return 0
     _print(answer)
     return 0

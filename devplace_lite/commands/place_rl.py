@@ -12,8 +12,9 @@ run time the policy minimised, in the checkpoint's simulator), ``initial_runtime
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from . import emit, print_json
 
 HELP = "train a Placeto-style RL placer, or place a graph with a trained checkpoint"
 
@@ -78,8 +79,7 @@ def _train(args: argparse.Namespace) -> int:
                "cpu_seconds": round(model.cpu_seconds, 3), "sim_calls": model.sim_calls,
                "episodes": cfg.episodes, "final_ratio": model.history["ratio"][-1], "config": cfg.to_dict()}
     if args.json:
-        json.dump(summary, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(summary)
     else:
         print(f"wrote {args.out}: {cfg.episodes} episodes in {model.seconds:.1f} s ({model.cpu_seconds:.1f} s CPU), "
               f"{model.sim_calls} simulator "
@@ -91,7 +91,7 @@ def _place(args: argparse.Namespace) -> int:
     from ..cost import evaluate
     from ..devices import Cluster
     from ..graph import GraphError
-    from ..io import load_graph, write_json_atomic
+    from ..io import load_graph
     from ..result import Result
     from ..rl.train import load, place
 
@@ -111,11 +111,7 @@ def _place(args: argparse.Namespace) -> int:
                         "sim_calls": out.sim_calls, "episodes": out.episodes, "checkpoint": args.checkpoint,
                         "simulator": cfg.params, **({"violations": ev.violations} if not ev.feasible else {})})
     answer = res.to_json()
-    if args.out:
-        write_json_atomic(args.out, answer)
-    if args.json:
-        json.dump(answer, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+    if emit(answer, args):
         return 0
     print(f"place-rl: simulated run time {out.runtime:.6g} ms (from {out.initial:.6g}), max-load "
           f"{ev.max_load:.6g}, {out.sim_calls} simulator calls, {out.seconds:.3f}s, split {ev.split}")

@@ -9,12 +9,12 @@ torch is imported only when the command runs.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ..devices import SPECS
 from ..graph import GraphError
 from ..zoo import MODELS, SIZES
+from . import print_json
 
 HELP = "profile a zoo model (torch) into a graph: roofline of a named GPU, or measured here"
 
@@ -73,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
                "total_acc_ms": float(graph.p_acc.sum()), "total_cpu_ms": float(graph.p_cpu.sum()),
                "times": graph.meta["times"], "device": graph.meta.get("device", graph.meta["spec"]["name"])}
     if args.json:
-        json.dump(summary, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(summary)
     else:
         print(f"wrote {args.out}: {graph.n} nodes, {graph.m} edges, {summary['flops'] / 1e9:.3g} GFLOP, "
               f"{summary['total_acc_ms']:.4g} ms on {summary['device']}", file=sys.stderr)

@@ -37,10 +37,11 @@ import torch
 from torch import nn
 
 from ..graph import GraphError
+from .run import PerStage, cpu_clock
 
 
 @dataclass
-class StageTimes:
+class StageTimes(PerStage):
     """Median forward and backward time (ms) of one micro-batch on each stage, in isolation;
     on CPU also the CPU time (`devplace_lite.pipeline.run.cpu_clock`), the least over the
     repeats (waiting for a core is not CPU time, and other interference only ever adds)."""
@@ -52,20 +53,6 @@ class StageTimes:
     repeats: int
     forward_cpu_ms: list[float] | None = None
     backward_cpu_ms: list[float] | None = None
-
-    @property
-    def stage_ms(self) -> list[float]:
-        return [f + b for f, b in zip(self.forward_ms, self.backward_ms)]
-
-    @property
-    def stage_cpu_ms(self) -> list[float] | None:
-        if self.forward_cpu_ms is None or self.backward_cpu_ms is None:
-            return None
-        return [f + b for f, b in zip(self.forward_cpu_ms, self.backward_cpu_ms)]
-
-    @property
-    def bottleneck_ms(self) -> float:
-        return max(self.stage_ms)
 
     def predicted_throughput(self, comm_ms: Sequence[float] | None = None) -> float:
         """Samples per second of a pipeline with one such device per stage, at steady state:
@@ -123,7 +110,6 @@ def _measure(stages: Sequence[nn.Module], inputs: Sequence[Any], target: torch.T
              loss_fn: Callable[..., torch.Tensor] | None, device: str, repeats: int, warmup: int) -> StageTimes:
     if device == "cuda" and not torch.cuda.is_available():
         raise GraphError("device cuda asked for, but torch sees no GPU on this machine")
-    from .run import cpu_clock
 
     dev = torch.device(device)
     cpu = cpu_clock()

@@ -258,8 +258,34 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PerStage:
+    """Per-stage sums shared by measured pipelines and stages timed alone: a class with
+    ``forward_ms``, ``backward_ms`` and optional ``forward_cpu_ms`` / ``backward_cpu_ms``."""
+
+    forward_ms: list[float]
+    backward_ms: list[float]
+    forward_cpu_ms: list[float] | None
+    backward_cpu_ms: list[float] | None
+
+    @property
+    def stage_ms(self) -> list[float]:
+        """Time of one micro-batch (forward + backward when training) on each stage."""
+        return [f + b for f, b in zip(self.forward_ms, self.backward_ms)]
+
+    @property
+    def bottleneck_ms(self) -> float:
+        return max(self.stage_ms)
+
+    @property
+    def stage_cpu_ms(self) -> list[float] | None:
+        """CPU time of one micro-batch (forward + backward) on each stage; ``None`` on GPUs."""
+        if self.forward_cpu_ms is None or self.backward_cpu_ms is None:
+            return None
+        return [f + b for f, b in zip(self.forward_cpu_ms, self.backward_cpu_ms)]
+
+
 @dataclass
-class PipelineRun:
+class PipelineRun(PerStage):
     """What one pipeline run measured. Times in milliseconds, memory in bytes.
 
     ``steps_ms``: wall time of each measured step (first stage's start to the last stage's end).
@@ -311,21 +337,6 @@ class PipelineRun:
         """Samples per second at the measured step time."""
         return 1000.0 * self.batch / self.step_ms
 
-    @property
-    def stage_ms(self) -> list[float]:
-        """Time of one micro-batch (forward + backward when training) on each stage."""
-        return [f + b for f, b in zip(self.forward_ms, self.backward_ms)]
-
-    @property
-    def bottleneck_ms(self) -> float:
-        return max(self.stage_ms)
-
-    @property
-    def stage_cpu_ms(self) -> list[float] | None:
-        """CPU time of one micro-batch (forward + backward) on each stage; ``None`` on GPUs."""
-        if self.forward_cpu_ms is None or self.backward_cpu_ms is None:
-            return None
-        return [f + b for f, b in zip(self.forward_cpu_ms, self.backward_cpu_ms)]
 
     @property
     def steady_throughput(self) -> float:
