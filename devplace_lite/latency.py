@@ -277,7 +277,8 @@ def latency_of(result: Result) -> float:
     return evaluate_latency(result.graph, result.cluster, result.assignment, result.extra.get("pieces")).latency
 
 
-def _reach(graph: Graph) -> np.ndarray:
+def reachability(graph: Graph) -> np.ndarray:
+    """``R[u, w]``: whether a path leads from ``u`` to ``w`` (an ``n x n`` boolean matrix)."""
     R = np.zeros((graph.n, graph.n), dtype=bool)
     for v in graph.topological_order()[::-1].tolist():
         for w in graph.succ[v]:
@@ -299,7 +300,7 @@ def exhaustive_latency(graph: Graph, cluster: Cluster, q: int = 1, limit: int = 
     L = k * q + (1 if cluster.l else 0)
     if L ** n > limit:
         raise GraphError(f"exhaustive latency search needs {L}^{n} labellings, over the limit of {limit}")
-    R = _reach(graph)
+    R = reachability(graph)
     best_val, best = math.inf, None
     for labels in itertools.product(range(L), repeat=n):
         lab = np.array(labels, dtype=np.int64)

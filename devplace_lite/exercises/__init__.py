@@ -36,6 +36,7 @@ demand: nothing else needs editing. To add exercise ``x`` of chapter ``NN``:
                 compare=close(rtol=1e-9),        # or exact(), or your own comparator
                 hint="what to look at first",
                 diagnose=None,                   # optional: recognise typical wrong answers
+                                                 # (first_slip names the mistake behind one)
                 n=20)                            # instances per check
 
    ``name`` is the function the learner writes, and the name graders look for; it must be
@@ -53,8 +54,8 @@ demand: nothing else needs editing. To add exercise ``x`` of chapter ``NN``:
    solution cell defines the registered name.
 """
 
-from .core import (Case, CheckResult, Exercise, REGISTRY, check, close, exact, exercises, get, instance,
-                   register)
+from .core import (REGISTRY, Case, CheckResult, Exercise, check, close, exact, exercises, first_slip, get,
+                   instance, random_topological_order, register)
 
-__all__ = ["Case", "CheckResult", "Exercise", "REGISTRY", "check", "close", "exact", "exercises", "get",
-           "instance", "register"]
+__all__ = ["Case", "CheckResult", "Exercise", "REGISTRY", "check", "close", "exact", "exercises", "first_slip",
+           "get", "instance", "random_topological_order", "register"]

@@ -12,7 +12,7 @@ from ..cost import max_load
 from ..devices import Cluster
 from ..generators import generate
 from ..graph import Graph, Node
-from .core import Case, close, exact, register
+from .core import Case, close, exact, first_slip, register
 
 # -- 01.2  the max-load of a placement, from the formula ----------------------------------------
 
@@ -112,10 +112,7 @@ def _step_diagnose(case: Case, expected: float, got) -> str | None:
              (m * sum(t), "that runs the micro-batches one after another, without pipelining"),
              (sum(t) + m * max(t), "off by one micro-batch: the first micro-batch's trip through all stages "
                                    "already includes one max(t)")]
-    for value, message in slips:
-        if abs(value - got) <= 1e-9 * max(1.0, abs(expected)):
-            return message
-    return None
+    return first_slip(slips, expected, got)
 
 
 register(id="01.3", name="my_gpipe_step", title="forward GPipe step time for any stage times",

@@ -10,25 +10,9 @@ from ..cost import device_loads
 from ..devices import Cluster
 from ..generators import generate
 from ..graph import Graph
-from .core import Case, close, register
+from .core import Case, close, first_slip, random_topological_order, register
 
 # -- 05.3  the best slicing of one topological order -------------------------------------------
-
-
-def _random_topological_order(graph: Graph, rng: np.random.Generator) -> list[int]:
-    keys = rng.random(graph.n)
-    indeg = np.bincount(graph.dst, minlength=graph.n)
-    ready = [v for v in range(graph.n) if indeg[v] == 0]
-    order = []
-    while ready:
-        v = min(ready, key=lambda x: keys[x])
-        ready.remove(v)
-        order.append(v)
-        for w in graph.succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                ready.append(w)
-    return order
 
 
 def _slicing_cases(rng: np.random.Generator, i: int) -> Case:
@@ -36,7 +20,7 @@ def _slicing_cases(rng: np.random.Generator, i: int) -> Case:
     n, seed = (8, 3) if i == 0 else (int(rng.integers(5, 21)), int(rng.integers(0, 1000)))
     k = 3 if i == 0 else int(rng.integers(1, 6))
     graph = generate(family, n, seed=seed)
-    order = _random_topological_order(graph, rng)
+    order = random_topological_order(graph.succ, rng)
     return Case((graph, Cluster(accelerators=k), order),
                 text=f"graph = generate({family!r}, {n}, seed={seed}); cluster = Cluster(accelerators={k}); "
                      f"order = {order}")
@@ -60,10 +44,7 @@ def _slicing_diagnose(case: Case, expected: float, got) -> str | None:
              (_blocks_value(graph, cluster, order, blocks),
               "that is the compute-balanced split scored with its transfers: the best slicing may cut "
               "elsewhere, where transfers are cheaper")]
-    for value, message in slips:
-        if abs(value - got) <= 1e-9 * max(1.0, abs(expected)) and abs(value - expected) > 1e-9 * max(1.0, expected):
-            return message
-    return None
+    return first_slip(slips, expected, got)
 
 
 register(id="05.3", name="my_best_slicing", title="the best slicing of one topological order",

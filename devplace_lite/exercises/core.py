@@ -18,7 +18,7 @@ import math
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -161,6 +161,42 @@ def exact() -> Comparator:
             ok = bool(ok.all()) and np.shape(expected) == np.shape(got)
         return None if ok else f"expected {_short(expected)}, got {_short(got)}"
     return compare
+
+
+def first_slip(slips: Sequence[tuple[Any, str]], expected: Any, got: Any, rtol: float = 1e-9,
+               atol: float = 1e-9) -> str | None:
+    """Name the typical mistake behind a wrong answer: ``slips`` pairs what a mistake returns with
+    what to tell the learner; the first whose value equals ``got`` (and not ``expected``) speaks."""
+    same = close(rtol, atol)
+    for value, message in slips:
+        if same(value, got) is None and same(value, expected) is not None:
+            return message
+    return None
+
+
+def random_topological_order(succ: Sequence[Sequence[int]], rng: np.random.Generator,
+                             keep: Sequence[bool] | None = None) -> list[int]:
+    """A random topological order of the DAG with successor lists ``succ`` (of the nodes where
+    ``keep`` is true, when given): Kahn's sweep, taking the ready node of least random key."""
+    n = len(succ)
+    keep = np.ones(n, dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
+    keys = rng.random(n)
+    indeg = np.zeros(n, dtype=np.int64)
+    for v in np.flatnonzero(keep):
+        for w in succ[v]:
+            indeg[w] += keep[w]
+    ready = [int(v) for v in np.flatnonzero(keep & (indeg == 0))]
+    order = []
+    while ready:
+        v = min(ready, key=lambda x: keys[x])
+        ready.remove(v)
+        order.append(v)
+        for w in succ[v]:
+            if keep[w]:
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    ready.append(int(w))
+    return order
 
 
 def _short(x: Any, limit: int = 120) -> str:

@@ -47,6 +47,18 @@ from ..sim import SimParams, SimResult, Simulator
 BASE_FEATURES = 5  # compute, output, is-current, is-visited, start time; then one-hot device
 
 
+def returns_to_go(rewards, gamma: float) -> np.ndarray:
+    """``G_t = sum_{s >= t} gamma^(s - t) r_s`` for rewards of shape ``(T, B)`` (B episodes):
+    what REINFORCE weighs the action at step ``t`` by."""
+    R = np.asarray(rewards, dtype=float)
+    G = np.zeros_like(R)
+    acc = np.zeros(R.shape[1:])
+    for t in range(len(R) - 1, -1, -1):
+        acc = R[t] + gamma * acc
+        G[t] = acc
+    return G
+
+
 def unit_steps(graph: Graph) -> list[np.ndarray]:
     """The nodes of each placement unit, units ordered by their first node in topological order."""
     order = graph.topological_order()

@@ -49,7 +49,7 @@ from ..devices import Cluster
 from ..generators import FAMILIES, generate
 from ..graph import Graph, GraphError
 from ..sim import SimParams, Simulator
-from .env import PlacementEnv, feature_count
+from .env import PlacementEnv, feature_count, returns_to_go
 from .policy import GraphTensors, Placer
 
 CHECKPOINT_FORMAT = "devplace-placeto"
@@ -222,16 +222,6 @@ def rollout(net: Placer, envs: list[PlacementEnv], gt: GraphTensors, greedy: boo
     return torch.stack(Xs), torch.stack(acts), np.array(rews, dtype=float), rho0
 
 
-def _returns(R: np.ndarray, gamma: float) -> np.ndarray:
-    """G_t = sum_{s >= t} gamma^(s - t) r_s for rewards R of shape (T, B)."""
-    G = np.zeros_like(R)
-    acc = np.zeros(R.shape[1])
-    for t in range(len(R) - 1, -1, -1):
-        acc = R[t] + gamma * acc
-        G[t] = acc
-    return G
-
-
 def train(cfg: TrainConfig, graphs: Sequence[Graph] | None = None, callback=None) -> Model:
     """Train a policy on ``graphs`` (default: ``cfg.graphs`` graphs of ``cfg.family``).
 
@@ -264,7 +254,7 @@ def train(cfg: TrainConfig, graphs: Sequence[Graph] | None = None, callback=None
         st = states[int(rng.integers(len(states)))]
         X, A, R, rho0 = rollout(net, st.envs, st.tensors, generator=gen)
         T, B = A.shape
-        G = _returns(R, cfg.discount) / rho0[None, :]  # returns-to-go, scaled
+        G = returns_to_go(R, cfg.discount) / rho0[None, :]  # returns-to-go, scaled
         for b in range(B):
             st.returns.append(G[:, b])
         base = np.mean(np.stack(st.returns), axis=0)
