@@ -27,33 +27,19 @@ from .devices import Cluster
 from .exhaustive import batch_loads, exhaustive
 from .graph import Graph, GraphError
 from .result import Result
+from .units import host_units
 
 
 def unit_order(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """Units holding a forward node, ordered by their first forward node in topological order,
-    and for every node the unit whose device it follows.
-
-    A backward node follows its colocation class; one without a forward partner follows the
-    unit of its nearest forward ancestor (the activation it differentiates), else unit 0.
-    """
+    and for every node the unit whose device it follows (`devplace_lite.units.host_units`:
+    its own, or for a backward-only class the unit it exchanges the most data with)."""
     units = graph.units
-    pos = np.empty(graph.n, dtype=np.int64)
-    pos[graph.topological_order()] = np.arange(graph.n)
-    first = {}
-    for v in np.argsort(pos):
+    first: dict[int, int] = {}
+    for v in graph.topological_order():
         if not graph.backward[v]:
             first.setdefault(int(units[v]), len(first))
-    order = np.array(sorted(first, key=first.get), dtype=np.int64)
-    follow = units.copy()
-    chosen: dict[int, int] = {}  # a backward-only unit moves as one: the first of its nodes decides
-    for v in graph.topological_order():
-        u = int(units[v])
-        if u not in first:
-            if u not in chosen:
-                anc = [follow[p] for p in graph.pred[v]]
-                chosen[u] = anc[0] if anc else (order[0] if len(order) else u)
-            follow[v] = chosen[u]
-    return order, follow
+    return np.array(sorted(first, key=first.get), dtype=np.int64), host_units(graph)
 
 
 def _assign_blocks(graph: Graph, cluster: Cluster, order: np.ndarray, follow: np.ndarray,
@@ -62,7 +48,7 @@ def _assign_blocks(graph: Graph, cluster: Cluster, order: np.ndarray, follow: np
     dev_of_unit = np.zeros(int(graph.units.max()) + 1, dtype=np.int64)
     dev_of_unit[order] = block_of_unit
     unsupported = np.zeros_like(dev_of_unit, dtype=bool)
-    np.logical_or.at(unsupported, graph.units, ~graph.supported)
+    np.logical_or.at(unsupported, follow, ~graph.supported)  # attached classes count in their host
     if cluster.l:
         dev_of_unit[unsupported] = cluster.k
     return dev_of_unit[follow]

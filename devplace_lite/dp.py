@@ -16,8 +16,8 @@ What it is exact over: chain splits of the graph *after* the reductions of
 `devplace_lite.ideals.unit_poset`. Colour classes, cycle fusion and folding zero-time leaves
 lose nothing (the last is certified during the run: folded nodes carry memory, and if any
 memory test ever turned on it, the DP reruns folding only memory-free leaves). Backward nodes
-without a forward partner are attached to a neighbour's unit (the rule is in `ideals`); over
-graphs with such nodes the answer is optimal for that attachment.
+without a forward partner are attached to a neighbour's unit (`devplace_lite.units.host_units`);
+over graphs with such nodes the answer is optimal for that attachment.
 
 How it is fast (every cut keeps the optimum):
 

@@ -19,12 +19,10 @@ split and never make the optimum worse (Tarnawski et al., 2020):
    memory-free units when one did (see `devplace_lite.dp`).
 
 Backward nodes with no forward partner (no colour class, or a class of backward nodes only;
-the authors' BERT training graphs have some) belong to no unit by (1). Rule used here: each
-joins the unit of the neighbour it exchanges the most data with (largest producer ``comm`` on
-the edge between them; ties to the lowest node index), a backward-only class as one group,
-resolved outward in rounds, so chains of such nodes follow their first anchored neighbour. A component with no anchored neighbour
-joins the first unit. Results over these graphs are exact *for this attachment*; the
-exhaustive solver, which places such nodes freely, can be lower.
+the authors' BERT training graphs have some) belong to no unit by (1). They join the unit that
+`devplace_lite.units.host_units` names (the neighbour they exchange the most data with), the
+rule every method that moves forward units uses. Results over these graphs are exact *for this
+attachment*; the exhaustive solver, which places such nodes freely, can be lower.
 
 Units are numbered in a topological order, so an ideal is a bit set over ``0..U-1``.
 
@@ -55,6 +53,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components, maximum_bipartite_matching
 
 from .graph import Graph, GraphError
+from .units import host_units
 
 DEFAULT_LIMIT = 1_000_000
 
@@ -106,27 +105,18 @@ class _DSU:
 
 
 def _initial_units(graph: Graph) -> np.ndarray:
-    """Forward colour classes (and forward nodes without one) get a label; others -1."""
-    label = np.full(graph.n, -1, dtype=np.int64)
-    by_color: dict[str, int] = {}
-    count = 0
-    for i, v in enumerate(graph.nodes):
-        if v.backward:
-            continue
-        if v.color is None:
-            label[i] = count
-            count += 1
-        else:
-            if v.color not in by_color:
-                by_color[v.color] = count
-                count += 1
-            label[i] = by_color[v.color]
-    if count == 0:
+    """Units holding a forward node, numbered in order of their first forward node; the other
+    (backward-only) classes take the label of the unit `host_units` attaches them to."""
+    fwd = np.flatnonzero(~graph.backward)
+    if not len(fwd):
         raise GraphError(f"graph {graph.name}: has no forward node, so no pipeline split exists")
-    for i, v in enumerate(graph.nodes):
-        if v.backward and v.color in by_color:
-            label[i] = by_color[v.color]
-    return label
+    units = graph.units
+    first = np.full(int(units.max()) + 1, graph.n, dtype=np.int64)
+    np.minimum.at(first, units[fwd], fwd)
+    rank = np.full(len(first), -1, dtype=np.int64)
+    held = np.flatnonzero(first < graph.n)
+    rank[held[np.argsort(first[held])]] = np.arange(len(held))
+    return rank[host_units(graph)]
 
 
 def _fuse_cycles(graph: Graph, label: np.ndarray) -> np.ndarray:
@@ -140,43 +130,7 @@ def _fuse_cycles(graph: Graph, label: np.ndarray) -> np.ndarray:
     # number the components in order of their first unit, so units keep the node order
     _, first = np.unique(comp, return_index=True)
     comp = np.argsort(np.argsort(first))[comp]
-    return np.where(label >= 0, comp[np.maximum(label, 0)], -1)
-
-
-def _attach_orphans(graph: Graph, label: np.ndarray) -> np.ndarray:
-    """Give each backward node without a forward partner the unit of its heaviest neighbour
-    (a backward-only colour class moves as one group)."""
-    label = label.copy()
-    groups: dict[object, list[int]] = {}
-    for b in np.flatnonzero(label < 0).tolist():
-        color = graph.nodes[b].color
-        groups.setdefault(("c", color) if color is not None else ("n", b), []).append(b)
-    left = sorted(groups.values())
-    while left:
-        waiting = []
-        for group in left:
-            best = None  # ((weight, -neighbour index), neighbour)
-            for b in group:
-                for p in graph.pred[b]:
-                    if label[p] >= 0:
-                        cand = ((graph.comm[p], -p), p)
-                        best = cand if best is None else max(best, cand)
-                for q in graph.succ[b]:
-                    if label[q] >= 0:
-                        cand = ((graph.comm[b], -q), q)
-                        best = cand if best is None else max(best, cand)
-            if best is None:
-                waiting.append(group)
-            else:
-                label[group] = label[best[1]]
-        if len(waiting) == len(left):  # no anchored neighbour anywhere: join the first unit
-            order = graph.topological_order()
-            first = int(label[order[~graph.backward[order]][0]])
-            for group in waiting:
-                label[group] = first
-            waiting = []
-        left = waiting
-    return label
+    return comp[label]
 
 
 def _merge_free(graph: Graph, label: np.ndarray, memory: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -218,7 +172,6 @@ def unit_poset(graph: Graph, merge_free: bool | str = True) -> UnitPoset:
     hold no memory (always exact), ``False`` none.
     """
     label = _fuse_cycles(graph, _initial_units(graph))
-    label = _attach_orphans(graph, label)
     folded = np.zeros(graph.n, dtype=bool)
     if merge_free:
         label, folded = _merge_free(graph, label, memory=merge_free is True)

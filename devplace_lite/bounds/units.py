@@ -2,7 +2,10 @@
 
 A *unit* is a set of nodes that share a device in every placement the bounds consider:
 
-1. a colocation (colour) class, or a node without one (a hard rule of the model);
+1. a colocation (colour) class, or a node without one (a hard rule of the model); a class of
+   backward nodes only stays a unit of its own, bound by no precedence arc, rather than joining
+   the unit `devplace_lite.units.host_units` names, because a bound must hold for the optimum
+   over every placement, where such a class may go anywhere;
 2. for chain splits only (``chain=True``), the units of one strongly connected component of
    the forward unit graph: a chain split orders its parts so that every forward edge goes
    forward, so a forward cycle of units cannot cross two parts;

@@ -4,9 +4,8 @@ A heuristic may not split a colocation class (a forward op and its gradient shar
 and a chain-of-ideals split must order the parts so that every forward edge goes forward.
 Both facts are captured once here:
 
-* a *unit* is a colocation class (or a lone node); a backward node without a forward partner
-  follows the unit of its nearest forward ancestor (`devplace_lite.baselines.unit_order`),
-  and a class of such nodes follows as one (the unit its earliest node follows);
+* a *unit* is a colocation class (or a lone node); a class of backward nodes without a forward
+  partner follows, as one, the unit `devplace_lite.units.host_units` names;
 * units joined in a cycle of forward edges (classes can create one: ``a1 -> b -> a2`` with
   ``a1, a2`` in one class) can never be separated by a chain split, so each strongly
   connected component of the unit graph becomes one *block*;
@@ -33,10 +32,10 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from ..baselines import unit_order
 from ..cost import forward_mask
 from ..devices import Cluster
 from ..graph import Graph
+from ..units import host_units
 
 
 @dataclass
@@ -81,9 +80,8 @@ class Blocks:
 
 def block_structure(graph: Graph) -> Blocks:
     """Group the nodes of ``graph`` into blocks (see the module docstring)."""
-    _, follow = unit_order(graph)
+    follow = host_units(graph)
     keep = forward_mask(graph)
-    follow = _one_follow_per_class(graph, follow, keep)
     U = int(graph.units.max()) + 1 if graph.n else 0
     ok = keep[graph.src] & keep[graph.dst]
     us, ut = follow[graph.src[ok]], follow[graph.dst[ok]]
@@ -119,24 +117,6 @@ def block_structure(graph: Graph) -> Blocks:
     cuts = np.cumsum(np.bincount(of_node, minlength=B))[:-1]
     return Blocks(of_node=of_node, order=np.array(order, dtype=np.int64), succ=succ, pred=pred,
                   nodes=np.split(members, cuts))
-
-
-def _one_follow_per_class(graph: Graph, follow: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """A class of backward nodes only may have nodes following different forward units; the
-    class must stay together, so all follow the unit its earliest node follows."""
-    units = graph.units
-    has_fwd = np.zeros(int(units.max()) + 1 if graph.n else 0, dtype=bool)
-    has_fwd[units[keep]] = True
-    pos = np.empty(graph.n, dtype=np.int64)
-    pos[graph.topological_order()] = np.arange(graph.n)
-    out = follow.copy()
-    loose = np.flatnonzero(~has_fwd[units])
-    if len(loose):
-        loose = loose[np.lexsort((pos[loose], units[loose]))]
-        first = np.concatenate([[True], units[loose][1:] != units[loose][:-1]])
-        leader = np.maximum.accumulate(np.where(first, np.arange(len(loose)), 0))
-        out[loose] = follow[loose[leader]]
-    return out
 
 
 def _csr_lists(src: np.ndarray, dst: np.ndarray, count: int) -> list[np.ndarray]:
