@@ -11,8 +11,10 @@
 * `random_best_of`: the best of N random placements (Placeto's sanity baseline).
 * `exhaustive_chain`: the exact optimum over chain splits on tiny graphs.
 
-All but the last two cut one order into contiguous blocks, so they give chain-of-ideals splits
-that can run as a pipeline. Each returns a `Result` scored by the evaluator; a split that breaks
+All but the last two cut one order into contiguous blocks: the units of
+`devplace_lite.units.pipeline_units` (colocation classes, fused where forward edges tie them in a
+cycle) in an order every forward edge follows, so they give chain-of-ideals splits that can run
+as a pipeline. Each returns a `Result` scored by the evaluator; a split that breaks
 a memory cap or places an op where it cannot run comes back with status ``infeasible``.
 """
 
@@ -27,19 +29,7 @@ from .devices import Cluster
 from .exhaustive import batch_loads, exhaustive
 from .graph import Graph, GraphError
 from .result import Result
-from .units import host_units
-
-
-def unit_order(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """Units holding a forward node, ordered by their first forward node in topological order,
-    and for every node the unit whose device it follows (`devplace_lite.units.host_units`:
-    its own, or for a backward-only class the unit it exchanges the most data with)."""
-    units = graph.units
-    first: dict[int, int] = {}
-    for v in graph.topological_order():
-        if not graph.backward[v]:
-            first.setdefault(int(units[v]), len(first))
-    return np.array(sorted(first, key=first.get), dtype=np.int64), host_units(graph)
+from .units import pipeline_units
 
 
 def _assign_blocks(graph: Graph, cluster: Cluster, order: np.ndarray, follow: np.ndarray,
@@ -103,7 +93,7 @@ def _balanced(name: str, graph: Graph, cluster: Cluster, values: np.ndarray) -> 
     t0 = time.perf_counter()
     if cluster.k == 0:
         raise GraphError(f"method {name} splits over accelerators: the cluster has none")
-    order, follow = unit_order(graph)
+    order, follow = pipeline_units(graph)
     w = _unit_weights(graph, follow, values)[order]
     return _result(name, graph, cluster, _assign_blocks(graph, cluster, order, follow, min_max_blocks(w, cluster.k)), t0)
 
@@ -113,7 +103,7 @@ def single_device(graph: Graph, cluster: Cluster, *, time_limit: float | None = 
     t0 = time.perf_counter()
     if cluster.k == 0:
         return _result("single", graph, cluster, np.zeros(graph.n, dtype=np.int64), t0)
-    order, follow = unit_order(graph)
+    order, follow = pipeline_units(graph)
     return _result("single", graph, cluster,
                    _assign_blocks(graph, cluster, order, follow, np.zeros(len(order), dtype=np.int64)), t0)
 
@@ -123,7 +113,7 @@ def uniform(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, 
     t0 = time.perf_counter()
     if cluster.k == 0:
         raise GraphError("method uniform splits over accelerators: the cluster has none")
-    order, follow = unit_order(graph)
+    order, follow = pipeline_units(graph)
     blocks = (np.arange(len(order)) * cluster.k) // max(len(order), 1)
     return _result("uniform", graph, cluster, _assign_blocks(graph, cluster, order, follow, blocks), t0)
 
@@ -142,7 +132,7 @@ def greedy_fill(graph: Graph, cluster: Cluster, *, time_limit: float | None = No
     """Fill accelerators in topological order up to ``total work / k`` or the memory cap each;
     what is left (and what no accelerator runs) goes to CPU core 0 when there is one."""
     t0 = time.perf_counter()
-    order, follow = unit_order(graph)
+    order, follow = pipeline_units(graph)
     work = _unit_weights(graph, follow, graph.p_acc)[order]
     mem = _unit_weights(graph, follow, graph.memory)[order]
     share = work.sum() / max(cluster.k, 1)

@@ -50,10 +50,10 @@ from functools import cached_property
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, maximum_bipartite_matching
+from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from .graph import Graph, GraphError
-from .units import host_units
+from .units import fuse_forward_cycles, host_units
 
 DEFAULT_LIMIT = 1_000_000
 
@@ -119,20 +119,6 @@ def _initial_units(graph: Graph) -> np.ndarray:
     return rank[host_units(graph)]
 
 
-def _fuse_cycles(graph: Graph, label: np.ndarray) -> np.ndarray:
-    """Merge the units of each strongly connected component of the forward unit graph."""
-    fwd = ~graph.backward
-    ok = fwd[graph.src] & fwd[graph.dst]
-    s, t = label[graph.src[ok]], label[graph.dst[ok]]
-    n_units = int(label.max()) + 1
-    adj = csr_matrix((np.ones(len(s)), (s, t)), shape=(n_units, n_units))
-    _, comp = connected_components(adj, directed=True, connection="strong")
-    # number the components in order of their first unit, so units keep the node order
-    _, first = np.unique(comp, return_index=True)
-    comp = np.argsort(np.argsort(first))[comp]
-    return comp[label]
-
-
 def _merge_free(graph: Graph, label: np.ndarray, memory: bool) -> tuple[np.ndarray, np.ndarray]:
     """Fold zero-time units with a single neighbouring unit into that neighbour, to a fixpoint;
     with ``memory=False`` only units that also hold no memory. Returns labels and folded nodes."""
@@ -171,7 +157,7 @@ def unit_poset(graph: Graph, merge_free: bool | str = True) -> UnitPoset:
     ``merge_free``: ``True`` folds zero-time leaves, ``"memoryless"`` only those that also
     hold no memory (always exact), ``False`` none.
     """
-    label = _fuse_cycles(graph, _initial_units(graph))
+    label = fuse_forward_cycles(graph, _initial_units(graph))
     folded = np.zeros(graph.n, dtype=bool)
     if merge_free:
         label, folded = _merge_free(graph, label, memory=merge_free is True)

@@ -12,7 +12,7 @@ from devplace_lite.graph import Graph, Node
 from devplace_lite.heuristics import kl, local_search_method, topo_fill
 from devplace_lite.heuristics.blocks import block_structure
 from devplace_lite.ideals import unit_poset
-from devplace_lite.units import host_units
+from devplace_lite.units import host_units, pipeline_units
 
 # every method that groups nodes into forward units; the others (exhaustive, random, etf, heft,
 # brkga, the MIPs) search over placements where a backward-only class may go anywhere
@@ -89,3 +89,30 @@ def test_every_grouping_method_places_backward_only_classes_with_their_host(fami
         a = r.assignment
         for v in loose:
             assert a[v] == a[anchor[int(host[v])]], (name, g.ids[v])
+
+
+def _coloured(family: str, n: int, seed: int, classes: int) -> Graph:
+    """A generated graph whose nodes fall into a few multi-node colocation classes at random:
+    classes whose nodes sit before and after other units, as in hand-written colourings."""
+    base = generate(family, n, seed=seed)
+    rng = np.random.default_rng(seed)
+    colour = {v.id: f"C{int(rng.integers(classes))}" for v in base.nodes if rng.random() < 0.5}
+    nodes = [Node(v.id, p_acc=v.p_acc, memory=v.memory, comm=v.comm, color=colour.get(v.id)) for v in base.nodes]
+    return Graph(nodes, list(base.edges), name=f"{base.name}-coloured")
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(FAMILIES)), st.integers(6, 18), st.integers(0, 10_000), st.integers(1, 4),
+       st.integers(2, 4))
+def test_baselines_give_chain_splits_whatever_the_colouring(family, n, seed, classes, k):
+    """Cutting the order of `pipeline_units` into blocks is a chain split even when colocation
+    classes interleave with other units (a1 -> b -> a2 with a1, a2 in one class)."""
+    g = _coloured(family, n, seed, classes)
+    order, follow = pipeline_units(g)
+    pos = np.empty(int(follow.max()) + 1, dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    assert all(pos[follow[u]] <= pos[follow[w]] for u, w in zip(g.src.tolist(), g.dst.tolist()))
+    c = Cluster(accelerators=k)
+    for name in ("single", "uniform", "parameters", "time", "greedy"):
+        ev = GROUPING[name](g, c).check()
+        assert ev.split == "chain", (name, ev.split)
