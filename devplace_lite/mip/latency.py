@@ -49,19 +49,17 @@ Reference: J. Tarnawski, A. Phanishayee, N. Devanur, D. Mahajan, F. Nina Paravec
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 
 from ..cost import as_assignment
 from ..devices import Cluster
 from ..graph import Graph, GraphError
 from ..latency import LatencyEvaluation, evaluate_latency, pieces_dict, reentry_pieces
 from ..result import Result
+from ..units import pipeline_units
 from .solve import LinearModel, check_solver, solve
 from .throughput import UnitData, canonical_labels
 
@@ -69,35 +67,10 @@ from .throughput import UnitData, canonical_labels
 # -- the greedy baseline -----------------------------------------------------------------------------
 def unit_blocks(graph: Graph) -> list[np.ndarray]:
     """Inseparable blocks in a topological order: colocation units, with the units that form a
-    cycle once contracted fused into one block. Returns the node indices of each block."""
-    units = graph.units
-    U = int(units.max()) + 1 if graph.n else 0
-    cross = units[graph.src] != units[graph.dst]
-    A = csr_matrix((np.ones(int(cross.sum())), (units[graph.src][cross], units[graph.dst][cross])), shape=(U, U))
-    n_b, block_of_unit = connected_components(A, directed=True, connection="strong")
-    block = block_of_unit[units]
-    # order blocks by a topological order of the block graph, ties by first node position
-    pos = np.empty(graph.n, dtype=np.int64)
-    pos[graph.topological_order()] = np.arange(graph.n)
-    first = np.full(n_b, graph.n)
-    np.minimum.at(first, block, pos)
-    succ: list[set[int]] = [set() for _ in range(n_b)]
-    indeg = np.zeros(n_b, dtype=np.int64)
-    for s, t in zip(block[graph.src].tolist(), block[graph.dst].tolist()):
-        if s != t and t not in succ[s]:
-            succ[s].add(t)
-            indeg[t] += 1
-    ready = [(int(first[b]), b) for b in range(n_b) if indeg[b] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, b = heapq.heappop(ready)
-        order.append(b)
-        for t in succ[b]:
-            indeg[t] -= 1
-            if indeg[t] == 0:
-                heapq.heappush(ready, (int(first[t]), t))
-    return [np.flatnonzero(block == b) for b in order]
+    cycle once contracted fused into one block (`devplace_lite.units.pipeline_units`). Returns
+    the node indices of each block."""
+    order, follow = pipeline_units(graph)
+    return [np.flatnonzero(follow == u) for u in order]
 
 
 def greedy_latency(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
