@@ -13,8 +13,13 @@ def main() -> int:
     here = Path(__file__).parent
     areas = sorted(m.name for m in pkgutil.iter_modules([str(here)]) if (here / m.name / "run.py").exists())
     wanted = sys.argv[1:] or areas
+    unknown = set(wanted) - set(areas)
+    if unknown:
+        print(f"run_all: no benchmark area {', '.join(sorted(unknown))} (have: {', '.join(areas)})", file=sys.stderr)
+        return 2
     for area in wanted:
         print(f"== benchmarks/{area}", flush=True)
+        sys.argv = [f"benchmarks/{area}/run.py"]  # each area parses its own options: give it none
         importlib.import_module(f"benchmarks.{area}.run").main()
     return 0
 
