@@ -115,7 +115,7 @@ def cells(n: int, seed: int = 0, cell_size: int = 5) -> Graph:
     while count + cell_size <= n or len(outputs) == 1:
         inputs = outputs[-2:]
         inner: list[int] = []
-        for j in range(cell_size):
+        for _ in range(cell_size):
             v = count
             count += 1
             pool = inputs + inner

@@ -73,7 +73,6 @@ def kl(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     blocks = block_structure(graph)
     pinned = pinned_device(graph, cluster, blocks)
     on_acc = cluster.k > 0
-    devs = list(range(cluster.k)) if on_acc else list(range(cluster.size))
     work = blocks.sums(np.where(graph.supported, graph.p_acc, np.nan) if on_acc else graph.p_cpu)
     mem = blocks.sums(graph.memory)
     cap = cluster.memory if on_acc else math.inf
