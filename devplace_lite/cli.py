@@ -23,13 +23,14 @@ from . import methods
 from .commands import emit, print_json
 from .cost import evaluate
 from .devices import Cluster
-from .graph import Graph, GraphError
+from .errors import DevplaceError, UsageError
+from .graph import Graph
 from .io import load_graph, load_placement, save_graph
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
-        raise GraphError(message if self.prog == "devplace" else f"{self.prog}: {message}")
+        raise UsageError(message if self.prog == "devplace" else f"{self.prog}: {message}")
 
 
 def _cluster_args(p: argparse.ArgumentParser, k_required: bool = False) -> None:
@@ -105,7 +106,7 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
     c = _cluster(g, args)
     fn = methods.resolve(registry, args.method, what)
     if args.time_limit is not None and args.time_limit <= 0:
-        raise GraphError(f"--time-limit must be positive, got {args.time_limit}")
+        raise UsageError(f"--time-limit must be positive, got {args.time_limit}")
     res = fn(g, c, time_limit=args.time_limit, seed=args.seed)
     if registry is methods.PARTITION:
         _certify(res, args.bound_time)
@@ -230,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser(argv).parse_args(argv)
         return int(args.func(args) or 0)
-    except GraphError as e:
+    except DevplaceError as e:
         print(f"devplace: error: {e}", file=sys.stderr)
         return 2
     except (OSError, KeyboardInterrupt) as e:

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .graph import Graph, GraphError
+from .errors import DevplaceError, GraphError
+from .graph import Graph
 
 #: The repository's data/graphs folder (for chapters and tests run from a checkout).
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "graphs"
@@ -112,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         build(args.outdir, args.only, verbose=True)
-    except GraphError as e:
+    except DevplaceError as e:
         print(f"data_build: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -11,7 +11,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from .graph import Graph, GraphError
+from .errors import ClusterError
+from .graph import Graph
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,13 @@ class Cluster:
 
     def __post_init__(self) -> None:
         if int(self.accelerators) != self.accelerators or self.accelerators < 0:
-            raise GraphError(f"cluster: accelerators must be a non-negative integer, got {self.accelerators!r}")
+            raise ClusterError(f"cluster: accelerators must be a non-negative integer, got {self.accelerators!r}")
         if int(self.cpus) != self.cpus or self.cpus < 0:
-            raise GraphError(f"cluster: cpus must be a non-negative integer, got {self.cpus!r}")
+            raise ClusterError(f"cluster: cpus must be a non-negative integer, got {self.cpus!r}")
         if self.accelerators + self.cpus == 0:
-            raise GraphError("cluster: needs at least one device")
+            raise ClusterError("cluster: needs at least one device")
         if not (self.memory > 0):
-            raise GraphError(f"cluster: memory must be positive, got {self.memory!r}")
+            raise ClusterError(f"cluster: memory must be positive, got {self.memory!r}")
 
     @property
     def k(self) -> int:
@@ -59,14 +60,14 @@ class Cluster:
     def device_index(self, name: str) -> int:
         m = re.fullmatch(r"(acc|cpu)(\d+)", str(name))
         if not m:
-            raise GraphError(f"unknown device name {name!r} (expected acc0.. or cpu0..)")
+            raise ClusterError(f"unknown device name {name!r} (expected acc0.. or cpu0..)")
         i = int(m.group(2))
         if m.group(1) == "acc":
             if i >= self.k:
-                raise GraphError(f"device {name} does not exist: the cluster has {self.k} accelerator(s)")
+                raise ClusterError(f"device {name} does not exist: the cluster has {self.k} accelerator(s)")
             return i
         if i >= self.l:
-            raise GraphError(f"device {name} does not exist: the cluster has {self.l} CPU core(s)")
+            raise ClusterError(f"device {name} does not exist: the cluster has {self.l} CPU core(s)")
         return self.k + i
 
     @classmethod
@@ -107,5 +108,5 @@ def spec(name: str) -> AcceleratorSpec:
     """Look up a named accelerator spec (case-insensitive)."""
     key = name.upper()
     if key not in SPECS:
-        raise GraphError(f"unknown accelerator spec {name!r}; known: {', '.join(SPECS)}")
+        raise ClusterError(f"unknown accelerator spec {name!r}; known: {', '.join(SPECS)}")
     return SPECS[key]

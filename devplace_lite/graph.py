@@ -20,9 +20,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-
-class GraphError(ValueError):
-    """A graph, a placement or a file that breaks the model; the message names the culprit."""
+from .errors import GraphError
 
 
 @dataclass(frozen=True)

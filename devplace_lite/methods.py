@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-from .graph import GraphError
+from .errors import UsageError
 
 PARTITION: dict[str, str] = {
     "single": "baselines:single_device",
@@ -47,6 +47,6 @@ BOUND: dict[str, str] = {
 def resolve(registry: dict[str, str], name: str, what: str = "method") -> Callable:
     """The function registered under ``name``; a one-line error lists the known names."""
     if name not in registry:
-        raise GraphError(f"unknown {what} {name!r}; known: {', '.join(sorted(registry))}")
+        raise UsageError(f"unknown {what} {name!r}; known: {', '.join(sorted(registry))}")
     module, func = registry[name].split(":")
     return getattr(importlib.import_module(f"devplace_lite.{module}"), func)

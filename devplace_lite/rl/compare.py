@@ -38,7 +38,8 @@ import numpy as np
 from .. import methods
 from ..exhaustive import _canonical
 from ..devices import Cluster
-from ..graph import Graph, GraphError
+from ..errors import DevplaceError, GraphError
+from ..graph import Graph
 from ..sim import SimParams, Simulator
 from .env import unit_steps
 
@@ -139,7 +140,7 @@ def registry_baselines(sim: Simulator, names: Sequence[str] = CLASSICAL, seed: i
             if res.assignment is None:
                 raise GraphError(f"{name} found no placement ({res.status})")
             value = sim.runtime(res.assignment)
-        except GraphError as e:
+        except DevplaceError as e:
             out[name] = Scored(name, None, float("nan"), sim.calls - c0, time.perf_counter() - t0,
                                status="unavailable", extra={"reason": str(e)})
             continue

@@ -1,0 +1,44 @@
+"""The exceptions of the library: one base, one class per kind of wrong input.
+
+Every error the library raises on purpose derives from `DevplaceError` (itself a `ValueError`,
+so ``except ValueError`` in older code keeps working). The command line turns any of them into
+one line on stderr and exit status 2; the message names the culprit (file, node id, field,
+option) and, where there is one, the way out.
+
+* `GraphError`: a graph, a placement or a file that breaks the model.
+* `ClusterError`: devices that cannot exist (negative counts, no device, a bad memory cap, an
+  unknown device name or accelerator spec).
+* `UsageError`: an option or argument out of range, an unknown method, a bad combination.
+* `LimitError`: an input too large for the method asked for (ideals past the limit, a file
+  past the size the loader reads); the message says which method or limit does scale.
+
+Example
+-------
+>>> try:
+...     raise ClusterError("cluster: needs at least one device")
+... except DevplaceError as e:
+...     print(type(e).__name__, isinstance(e, ValueError))
+ClusterError True
+"""
+
+from __future__ import annotations
+
+
+class DevplaceError(ValueError):
+    """Base of every error the library raises on purpose; its message is one line for the user."""
+
+
+class GraphError(DevplaceError):
+    """A graph, a placement or a file that breaks the model; the message names the culprit."""
+
+
+class ClusterError(DevplaceError):
+    """A cluster that cannot exist, or a device name it does not have."""
+
+
+class UsageError(DevplaceError):
+    """An option out of range, an unknown method or a combination that makes no sense."""
+
+
+class LimitError(DevplaceError):
+    """An input too large for the method asked for; the message names one that scales."""
