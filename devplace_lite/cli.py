@@ -29,14 +29,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import methods
-from . import options
+from . import methods, options
 from .commands import emit, print_json
 from .cost import evaluate
-from .devices import Cluster
 from .errors import ClusterError, DevplaceError, UsageError
 from .files import check_output, same_file
-from .graph import Graph
 from .io import load_graph, load_placement, save_graph
 
 #: Seconds a method gets at least, however little of ``--time-limit`` loading the graph left.
@@ -52,11 +49,6 @@ EXIT_SHARE = 0.1
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
         raise UsageError(message if self.prog == "devplace" else f"{self.prog}: {message}")
-
-
-def _cluster(graph: Graph, args: argparse.Namespace) -> tuple[Cluster, dict | None]:
-    """The cluster of the options, clamped to the graph; the note goes into the answer."""
-    return options.cluster_from_args(graph, args)
 
 
 def _say(note: dict | None) -> None:
@@ -115,7 +107,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 # -- evaluate -------------------------------------------------------------------------------
 def cmd_evaluate(args: argparse.Namespace) -> int:
     g = load_graph(args.graph)
-    c, note = _cluster(g, args)
+    c, note = options.cluster_from_args(g, args)
     try:
         ev = evaluate(g, c, load_placement(args.placement, g, c))
     except ClusterError as e:
@@ -143,7 +135,7 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
     `BOUND_SHARE` of it, at most ``--bound-time``); the bound then gets what the method left,
     at most ``--bound-time``."""
     g = load_graph(args.graph)
-    c, note = _cluster(g, args)
+    c, note = options.cluster_from_args(g, args)
     fn = methods.resolve(registry, args.method, what)
     certify = registry is methods.PARTITION
     left = _left(args)
@@ -193,7 +185,7 @@ def cmd_latency(args: argparse.Namespace) -> int:
 # -- bound ----------------------------------------------------------------------------------
 def cmd_bound(args: argparse.Namespace) -> int:
     g = load_graph(args.graph)
-    c, note = _cluster(g, args)
+    c, note = options.cluster_from_args(g, args)
     fn = methods.resolve(methods.BOUND, args.method, "bound method")
     b = fn(g, c, time_limit=_left(args))
     out = b.to_json() if hasattr(b, "to_json") else dict(b)
@@ -255,7 +247,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=BOUND_TIME, metavar="S",
                            help=f"seconds for the library's best lower bound behind the gap field, run after a "
                                 f"method that did not prove optimality (default {BOUND_TIME:g}; 0: skip). With "
-                                f"--time-limit it fits inside that limit: at most {BOUND_SHARE:.0%} of it is kept "
+                                f"--time-limit it fits inside that limit: at most {BOUND_SHARE * 100:.0f}%% of it is kept "
                                 "for the bound, and the bound gets what the method left")
         s.set_defaults(func=func)
 
@@ -327,8 +319,9 @@ def _stdout_for_answers() -> Iterator[None]:
     os.dup2(null, 1)
     os.close(null)
     if ours:
+        # backslashreplace: a name read from a file may hold a lone surrogate, which UTF-8 cannot encode
         sys.stdout = open(saved, "w", buffering=1 if old.line_buffering else -1, encoding=old.encoding,
-                          errors=old.errors, closefd=False)
+                          errors="backslashreplace", closefd=False)
     try:
         yield
     finally:

@@ -151,6 +151,13 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
     """
     target = check_output(path)
     try:
+        _replace(target, write)
+    except OSError as e:  # name the output, not the temporary file or the folder descriptor
+        raise OSError(e.errno, f"cannot write: {e.strerror}", str(path)) from None
+
+
+def _replace(target: Path, write: Callable[[BinaryIO], None]) -> None:
+    try:
         old = os.stat(target)
     except FileNotFoundError:
         old = None

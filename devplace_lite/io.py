@@ -23,6 +23,7 @@ is an error, not the node ``"None"``); ``defaults`` and ``meta`` are objects. Ev
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -96,10 +97,24 @@ def read_json(path: str | os.PathLike) -> Any:
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` atomically (`devplace_lite.files.write_atomic`).
 
-    Non-finite floats are refused (`ValueError`): they are not JSON.
+    Raises
+    ------
+    GraphError
+        ``obj`` holds NaN or an infinity (not JSON); nothing is written.
     """
-    text = json.dumps(obj, indent=1, allow_nan=False) + "\n"  # whole text first: a bad value writes nothing
-    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+    def dump(f) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8")
+        json.dump(obj, text, indent=1, allow_nan=False)
+        text.write("\n")
+        text.flush()
+        text.detach()  # write_atomic closes the file itself
+
+    try:
+        write_atomic(path, dump)
+    except ValueError as e:  # raised mid-write: write_atomic has already dropped the partial file
+        if isinstance(e, GraphError) or "JSON compliant" not in str(e):
+            raise
+        raise GraphError(f"cannot write {path}: the data holds NaN or an infinity, which JSON cannot hold") from None
 
 
 def detect_format(obj: Any) -> str:
