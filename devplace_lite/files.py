@@ -28,6 +28,7 @@ import errno
 import os
 import secrets
 import stat
+import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -116,16 +117,27 @@ def _umask() -> int:
     return mask
 
 
-def _open_unnamed(folder: int) -> int | None:
-    """An unnamed file in the folder open as ``folder``, or None where the system has none."""
+def _open_unnamed(folder: Path) -> int | None:
+    """An unnamed file in ``folder`` (Linux ``O_TMPFILE``), or None where the system has none."""
     if not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"):
         return None
     try:
-        return os.open(".", os.O_TMPFILE | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=folder)
+        return os.open(folder, os.O_TMPFILE | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o600)
     except OSError as e:
         if e.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
             return None  # no O_TMPFILE on this kernel or file system
         raise
+
+
+def _name_unnamed(fd: int, target: Path) -> Path:
+    """Link the unnamed file ``fd`` into ``target``'s folder under a fresh temporary name."""
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:  # a folder descriptor makes os.link call linkat(AT_SYMLINK_FOLLOW), which /proc/self/fd needs
+        os.link(f"/proc/self/fd/{fd}", temp.name, dst_dir_fd=folder, follow_symlinks=True)
+    finally:
+        os.close(folder)
+    return temp
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
@@ -161,30 +173,27 @@ def _replace(target: Path, write: Callable[[BinaryIO], None]) -> None:
         old = os.stat(target)
     except FileNotFoundError:
         old = None
-    dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    name = None  # the visible temporary name, while there is one
+    temp = None  # the visible temporary file, while there is one
     try:
-        fd = _open_unnamed(dir_fd)
+        fd = _open_unnamed(target.parent)
         if fd is None:
-            name = f".{target.name}.{secrets.token_hex(4)}.tmp"
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600,
-                         dir_fd=dir_fd)
+            fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+            temp = Path(name)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
-            os.fchmod(fd, stat.S_IMODE(old.st_mode) if old else 0o666 & ~_umask())
-            if old and os.geteuid() == 0 and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
-                os.fchown(fd, old.st_uid, old.st_gid)
+            mode = stat.S_IMODE(old.st_mode) if old else 0o666 & ~_umask()
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd, mode)
+            if old and hasattr(os, "geteuid") and os.geteuid() == 0 and (old.st_uid, old.st_gid) != (0, 0):
+                os.fchown(fd, old.st_uid, old.st_gid)  # root replacing another user's file keeps its owner
             os.fsync(fd)
-            if name is None:  # give the unnamed file a name for the rename, the briefest moment
-                name = f".{target.name}.{secrets.token_hex(4)}.tmp"
-                os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
-        os.replace(name, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        name = None
+            if temp is None:  # a name for the rename, for the briefest moment
+                temp = _name_unnamed(fd, target)
+        if not hasattr(os, "fchmod"):
+            os.chmod(temp, mode)
+        os.replace(temp, target)
+        temp = None
     finally:
-        if name is not None:
-            try:
-                os.unlink(name, dir_fd=dir_fd)
-            except OSError:
-                pass
-        os.close(dir_fd)
+        if temp is not None:
+            temp.unlink(missing_ok=True)
