@@ -27,6 +27,7 @@ import io
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +89,13 @@ def read_json(path: str | os.PathLike) -> Any:
     except json.JSONDecodeError as e:
         raise GraphError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except RecursionError:
-        raise GraphError(f"{path}: not a graph (JSON nested deeper than the parser's limit)") from None
-    except ValueError as e:  # _NotJson, or an integer of more digits than Python converts
-        msg = str(e).split(":")[0] if "digits" in str(e) else str(e)
-        raise GraphError(f"{path}: not valid JSON ({msg})") from None
+        raise GraphError(f"{path}: JSON nested deeper than the parser's limit "
+                         f"(about {sys.getrecursionlimit()} levels)") from None
+    except _NotJson as e:
+        raise GraphError(f"{path}: not valid JSON ({e})") from None
+    except ValueError:  # the parser's int() refused a number of too many digits
+        raise GraphError(f"{path}: not valid JSON (an integer of more than "
+                         f"{sys.get_int_max_str_digits()} digits)") from None
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
@@ -187,9 +191,10 @@ def _text(value: Any, where: str, key: str) -> str:
     return value
 
 
-def _obj(value: Any, where: str) -> dict:
+def _obj(value: Any, what: str) -> dict:
     if not isinstance(value, dict):
-        raise GraphError(f"{where}: must be an object, got {type(value).__name__ if value is not None else 'null'}")
+        kind = {type(None): "null", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+        raise GraphError(f"{what} must be an object, got {kind}")
     return value
 
 
