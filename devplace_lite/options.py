@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .devices import Cluster
+from .graph import Graph
 
 INT64_MAX = 2**63 - 1
 
@@ -137,8 +138,9 @@ def clamp_cluster(cluster: Cluster, nodes: int) -> tuple[Cluster, dict[str, Any]
     identical, so every objective and bound is the same on the smaller cluster; only arrays
     sized by the device count shrink.
 
-    >>> clamp_cluster(Cluster(accelerators=10**9, cpus=2), 5)
-    (Cluster(accelerators=5, cpus=2, memory=inf), {'accelerators': [1000000000, 5], 'reason': 'the graph has 5 node(s); more devices of a kind cannot be used'})
+    >>> small, note = clamp_cluster(Cluster(accelerators=10**9, cpus=2), 5)
+    >>> small.k, small.l, note["accelerators"]
+    (5, 2, [1000000000, 5])
     """
     cap = max(nodes, 1)
     if cluster.k <= cap and cluster.l <= cap:
@@ -152,13 +154,10 @@ def clamp_cluster(cluster: Cluster, nodes: int) -> tuple[Cluster, dict[str, Any]
     return Cluster(accelerators=min(cluster.k, cap), cpus=min(cluster.l, cap), memory=cluster.memory), note
 
 
-def cluster_from_args(graph, args: argparse.Namespace, accelerators: int | None = None,
-                      cpus: int | None = None) -> tuple[Cluster, dict[str, Any] | None]:
-    """The cluster of ``-k/--cpus/--memory`` (``accelerators``/``cpus`` stand in where an option
-    was not given; then the graph file's defaults), clamped to the graph (`clamp_cluster`)."""
-    k = args.accelerators if args.accelerators is not None else accelerators
-    l_ = args.cpus if args.cpus is not None else cpus
-    return clamp_cluster(Cluster.for_graph(graph, k, l_, args.memory), graph.n)
+def cluster_from_args(graph: Graph, args: argparse.Namespace) -> tuple[Cluster, dict[str, Any] | None]:
+    """The cluster of ``-k/--cpus/--memory`` (the graph file's defaults where an option is not
+    given), clamped to the graph (`clamp_cluster`)."""
+    return clamp_cluster(Cluster.for_graph(graph, args.accelerators, args.cpus, args.memory), graph.n)
 
 
 def clamp_message(note: dict[str, Any] | None) -> str | None:
