@@ -5,27 +5,45 @@ Core commands live here (``info``, ``convert``, ``evaluate``, ``partition``, ``l
 ``add_arguments(parser)`` and ``run(args) -> int``), imported only for their own command so
 that the non-torch commands never import torch.
 
-Errors: one line on stderr naming the problem, exit status 2, no traceback.
+Errors: one line on stderr naming the problem, exit status 2, no traceback. Ctrl-C ends with
+``devplace: interrupted`` and status 130, SIGTERM with ``devplace: terminated`` and 143, both
+after removing what was half-written. While a command runs, file descriptor 1 points at
+/dev/null and only the command's own answer reaches stdout (`_stdout_for_answers`): a solver's
+console output cannot break a ``--json`` answer. ``--time-limit`` is the wall time of the whole
+command, from the start of `main` (see `_solve`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
+import os
 import pkgutil
+import signal
 import sys
-from typing import Sequence
+import threading
+import time
+from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import methods
+from . import methods, options
 from .commands import emit, print_json
 from .cost import evaluate
-from .devices import Cluster
-from .errors import DevplaceError, UsageError
-from .graph import Graph
+from .errors import ClusterError, DevplaceError, UsageError
+from .files import check_output, same_file
 from .io import load_graph, load_placement, save_graph
+
+#: Seconds a method gets at least, however little of ``--time-limit`` loading the graph left.
+MIN_SLICE = 0.01
+#: Default seconds of ``partition``'s certifying bound (``--bound-time``).
+BOUND_TIME = 5.0
+#: The share of what is left of ``--time-limit`` kept for the certifying bound, at most.
+BOUND_SHARE = 0.2
+#: The share of ``--time-limit`` (at most one second) kept for the answer and the interpreter's exit.
+EXIT_SHARE = 0.1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,15 +51,19 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message if self.prog == "devplace" else f"{self.prog}: {message}")
 
 
-def _cluster_args(p: argparse.ArgumentParser, k_required: bool = False) -> None:
-    p.add_argument("-k", "--accelerators", type=int, required=k_required,
-                   help="number of accelerators (default: the file's value, else 1)")
-    p.add_argument("--cpus", type=int, help="number of CPU cores (default: the file's value, else 0)")
-    p.add_argument("--memory", type=float, help="memory per accelerator in bytes (default: the file's value, else no cap)")
+def _say(note: dict | None) -> None:
+    """A text answer's line on what was clamped (stderr: stdout keeps the answer)."""
+    if note:
+        print(options.clamp_message(note), file=sys.stderr)
 
 
-def _cluster(graph: Graph, args: argparse.Namespace) -> Cluster:
-    return Cluster.for_graph(graph, args.accelerators, args.cpus, args.memory)
+def _left(args: argparse.Namespace) -> float | None:
+    """Seconds left of ``--time-limit`` (None: no limit), less `EXIT_SHARE` of it (at most a
+    second) kept for printing the answer and leaving the interpreter; never below `MIN_SLICE`."""
+    if args.time_limit is None:
+        return None
+    keep = min(EXIT_SHARE * args.time_limit, 1.0)
+    return max(args.time_limit - keep - (time.monotonic() - args.started), MIN_SLICE)
 
 
 def _fmt(x: float | None) -> str:
@@ -85,9 +107,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
 # -- evaluate -------------------------------------------------------------------------------
 def cmd_evaluate(args: argparse.Namespace) -> int:
     g = load_graph(args.graph)
-    c = _cluster(g, args)
-    ev = evaluate(g, c, load_placement(args.placement, g, c))
+    c, note = options.cluster_from_args(g, args)
+    try:
+        ev = evaluate(g, c, load_placement(args.placement, g, c))
+    except ClusterError as e:
+        raise ClusterError(f"{e} (-k/--cpus clamped to the graph's {g.n} node(s))" if note else str(e)) from None
     out = ev.to_dict()
+    if note:
+        out["clamped"] = note
     if args.json:
         print_json(out)
         return 0
@@ -97,19 +124,28 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"  {d:6s} load {_fmt(rec['load'])}  compute {_fmt(rec['compute'])}  comm {_fmt(rec['comm'])}  memory {rec['memory']:.0f}")
     for v in ev.violations:
         print(f"  violation: {v}")
+    _say(note)
     return 0
 
 
 # -- partition / latency ----------------------------------------------------------------------
 def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int:
+    """Run a partition or latency method. With ``--time-limit T`` the whole command takes about
+    T seconds: the method gets what loading left, less the certifying bound's share (at most
+    `BOUND_SHARE` of it, at most ``--bound-time``); the bound then gets what the method left,
+    at most ``--bound-time``."""
     g = load_graph(args.graph)
-    c = _cluster(g, args)
+    c, note = options.cluster_from_args(g, args)
     fn = methods.resolve(registry, args.method, what)
-    if args.time_limit is not None and args.time_limit <= 0:
-        raise UsageError(f"--time-limit must be positive, got {args.time_limit}")
-    res = fn(g, c, time_limit=args.time_limit, seed=args.seed)
-    if registry is methods.PARTITION:
-        _certify(res, args.bound_time)
+    certify = registry is methods.PARTITION
+    left = _left(args)
+    reserve = min(args.bound_time, BOUND_SHARE * left) if certify and left is not None else 0.0
+    res = fn(g, c, time_limit=None if left is None else max(left - reserve, MIN_SLICE), seed=args.seed)
+    if certify:
+        left = _left(args)
+        _certify(res, args.bound_time if left is None else min(args.bound_time, left - MIN_SLICE))
+    if note:
+        res.extra["clamped"] = note
     out = res.to_json()
     if emit(out, args):
         return 0
@@ -117,14 +153,15 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
           f"gap {_fmt(res.gap)}  {res.seconds:.3f}s  split {out.get('split', '-')}")
     for d, x in out.get("loads", {}).items():
         print(f"  {d:6s} {x:.6g}")
+    _say(note)
     return 0
 
 
 def _certify(res, seconds: float) -> None:
     """Raise ``res.bound`` to the best bound the library proves in ``seconds``, so that the
     answer's ``gap`` says how far from optimal it can be. Skipped when the method proved
-    optimality itself (no solver runs twice). A chain split is measured against the chain
-    optimum, any other split against the optimum over all placements."""
+    optimality itself (no solver runs twice) or no time is left. A chain split is measured
+    against the chain optimum, any other split against the optimum over all placements."""
     if res.status == "optimal" or res.assignment is None or seconds <= 0:
         return
     from .bounds.best import best_bound
@@ -148,14 +185,17 @@ def cmd_latency(args: argparse.Namespace) -> int:
 # -- bound ----------------------------------------------------------------------------------
 def cmd_bound(args: argparse.Namespace) -> int:
     g = load_graph(args.graph)
-    c = _cluster(g, args)
+    c, note = options.cluster_from_args(g, args)
     fn = methods.resolve(methods.BOUND, args.method, "bound method")
-    b = fn(g, c, time_limit=args.time_limit)
+    b = fn(g, c, time_limit=_left(args))
     out = b.to_json() if hasattr(b, "to_json") else dict(b)
+    if note:
+        out["clamped"] = note
     if args.json:
         print_json(out)
         return 0
     print(f"{out['method']}: bound {_fmt(out['bound'])}  status {out['status']}  {out['seconds']:.3f}s")
+    _say(note)
     return 0
 
 
@@ -171,7 +211,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
     s = sub.add_parser("info", help="sizes, total work, ideal count and width of a graph")
     s.add_argument("graph")
-    s.add_argument("--limit", type=int, default=100_000, help="stop counting ideals past this many")
+    s.add_argument("--limit", type=options.IDEAL_LIMIT, default=100_000,
+                   help="stop counting ideals past this many (1..10^8, default 100000)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_info)
 
@@ -184,7 +225,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("evaluate", help="score a placement under the cost model")
     s.add_argument("graph")
     s.add_argument("placement")
-    _cluster_args(s)
+    options.add_cluster_args(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_evaluate)
 
@@ -194,21 +235,28 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help_)
         s.add_argument("graph")
         s.add_argument("--method", required=True, help=f"one of: {', '.join(sorted(registry)) or '(none yet)'}")
-        _cluster_args(s)
-        s.add_argument("--time-limit", type=float, help="seconds; a solver returns its incumbent and bound")
-        s.add_argument("--seed", type=int, default=0)
-        s.add_argument("--out", help="also write the JSON answer to this file")
+        options.add_cluster_args(s)
+        certify = " and the certifying bound" if name == "partition" else ""
+        s.add_argument("--time-limit", type=options.SECONDS, metavar="S",
+                       help=f"wall seconds for the whole command: loading, the method{certify} "
+                            "(a solver stopped by it returns its incumbent, bound and status time_limit)")
+        s.add_argument("--seed", type=options.SEED, default=0, help="seed of randomised methods (0..2^32-1, default 0)")
+        s.add_argument("--out", help="also write the JSON answer to this file (atomically; not an input)")
         s.add_argument("--json", action="store_true")
         if name == "partition":
-            s.add_argument("--bound-time", type=float, default=5.0,
-                           help="seconds for the library's best lower bound behind the gap field (0: skip)")
+            s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=BOUND_TIME, metavar="S",
+                           help=f"seconds for the library's best lower bound behind the gap field, run after a "
+                                f"method that did not prove optimality (default {BOUND_TIME:g}; 0: skip). With "
+                                f"--time-limit it fits inside that limit: at most {BOUND_SHARE * 100:.0f}%% of it is kept "
+                                "for the bound, and the bound gets what the method left")
         s.set_defaults(func=func)
 
     s = sub.add_parser("bound", help="a proven lower bound on the optimal max-load")
     s.add_argument("graph")
-    _cluster_args(s, k_required=True)
+    options.add_cluster_args(s, k_required=True)
     s.add_argument("--method", default="best", help=f"one of: {', '.join(sorted(methods.BOUND)) or '(none yet)'}")
-    s.add_argument("--time-limit", type=float)
+    s.add_argument("--time-limit", type=options.SECONDS, metavar="S",
+                   help="wall seconds for the whole command (default: the method's own; 10 for best)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_bound)
 
@@ -226,17 +274,126 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+class _Terminated(BaseException):
+    """SIGTERM, raised where the program is so that cleanups run (a BaseException like Ctrl-C:
+    ``except Exception`` in library code does not swallow it)."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into `_Terminated` while the command runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise _Terminated()
+
+    old = signal.signal(signal.SIGTERM, raise_terminated)
     try:
-        args = build_parser(argv).parse_args(argv)
-        return int(args.func(args) or 0)
-    except DevplaceError as e:
-        print(f"devplace: error: {e}", file=sys.stderr)
-        return 2
-    except (OSError, KeyboardInterrupt) as e:
-        print(f"devplace: error: {e}", file=sys.stderr)
-        return 2
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def _stdout_for_answers() -> Iterator[None]:
+    """Point file descriptor 1 at /dev/null and ``sys.stdout`` at a copy of the real stdout.
+
+    The answer is printed through ``sys.stdout`` as before; what native code writes to fd 1
+    goes nowhere. SCIP, for one, prints its Ctrl-C notice on fd 1 whatever its verbosity, which
+    broke ``--json``. Where ``sys.stdout`` is not fd 1 (a test's capture), only fd 1 moves.
+    """
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no usable fd 1: nothing to protect
+        yield
+        return
+    try:
+        ours = sys.stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):
+        ours = False
+    old = sys.stdout
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    if ours:
+        # backslashreplace: a name read from a file may hold a lone surrogate, which UTF-8 cannot encode
+        sys.stdout = open(saved, "w", buffering=1 if old.line_buffering else -1, encoding=old.encoding,
+                          errors="backslashreplace", closefd=False)
+    try:
+        yield
+    finally:
+        try:
+            sys.stdout.flush()
+        finally:
+            if ours:
+                sys.stdout = old
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+_INPUTS = ("graph", "input", "placement", "checkpoint")
+_OUTPUTS = ("out", "output", "csv")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an output that exists and is not a regular file, or that is one
+    of the command's inputs (the same file through any link)."""
+    inputs = []
+    for name in _INPUTS:
+        value = getattr(args, name, None)
+        inputs.extend(value if isinstance(value, list) else [value] if isinstance(value, str) else [])
+    for name in _OUTPUTS:
+        out = getattr(args, name, None)
+        if not isinstance(out, str):
+            continue
+        if os.path.lexists(out):
+            check_output(out)
+        for src in inputs:
+            if same_file(src, out):
+                raise UsageError(f"output {out} is the input {src}; write to another file")
+
+
+def _one_line(message: str) -> str:
+    """A message as one line: ids and paths may hold newlines or control characters."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    return text if len(text) <= 1000 else text[:997] + "..."
+
+
+def _os_message(e: OSError) -> str:
+    where = f"{e.filename}: " if e.filename is not None else ""
+    return f"{where}{e.strerror or e}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; the exit status is 0 (answered), 2 (refused: one line on stderr), 130
+    (Ctrl-C) or 143 (SIGTERM)."""
+    started = time.monotonic()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    status = 2
+    with _sigterm_raises():
+        try:
+            args = build_parser(argv).parse_args(argv)
+            args.started = started
+            _check_outputs(args)
+            with _stdout_for_answers():
+                return int(args.func(args) or 0)
+        except DevplaceError as e:
+            message = f"error: {e}"
+        except KeyboardInterrupt:
+            message = "interrupted"
+            status = 130
+        except _Terminated:
+            message = "terminated"
+            status = 143
+        except MemoryError:
+            message = "error: out of memory"
+        except OSError as e:
+            message = f"error: {_os_message(e)}"
+        print(f"devplace: {_one_line(message)}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

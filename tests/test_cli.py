@@ -81,7 +81,7 @@ def bad_inputs(tmp_path):
         (["partition", missing, "--method", "single"], "node b: missing field 'p_acc'"),
         (["info", truncated], "not valid JSON"),
         (["partition", good, "--method", "nonsense"], "unknown method 'nonsense'"),
-        (["partition", good, "--method", "single", "-k", "-1"], "accelerators must be"),
+        (["partition", good, "--method", "single", "-k", "-1"], "-k/--accelerators: expected an integer >= 0, got '-1'"),
         (["partition", tmp_path / "absent.json", "--method", "single"], "cannot read"),
         (["evaluate", good, missing], "not a placement"),
         (["partition", good], "--method"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .. import options
 from . import print_json
 
 HELP = "grade a folder of exercise submissions (score table or --json)"
@@ -27,9 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("submissions", nargs="?", help="folder of submissions (.py, .ipynb, .md, or one folder each)")
     parser.add_argument("--chapter", help="only this chapter's exercises (e.g. 01)")
     parser.add_argument("--exercise", action="append", help="only this exercise id (repeatable)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per exercise (default 30)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the instances (default 0, as in the book)")
-    parser.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    parser.add_argument("--timeout", type=options.SECONDS, default=30.0, help="seconds per exercise (default 30)")
+    parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the instances (default 0, as in the book)")
+    parser.add_argument("--jobs", type=options.WORKERS, default=1, help="submissions graded at once (default 1)")
     parser.add_argument("--details", action="store_true", help="print each failure's feedback under the table")
     parser.add_argument("--list", action="store_true", help="list the exercises and the function names to define")
     parser.add_argument("--json", action="store_true")

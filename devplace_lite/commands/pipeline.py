@@ -25,6 +25,7 @@ import argparse
 import shlex
 from typing import Any
 
+from .. import options
 from ..graph import GraphError
 from . import emit
 
@@ -44,26 +45,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         how.add_argument("--method", help="a partitioning method (see devplace partition)")
         how.add_argument("--placement", help="a placement file (devplace partition --out) of --graph")
         p.add_argument("--graph", help="the profiled graph the placement refers to (default: profile now)")
-        p.add_argument("-k", "--stages", type=int, default=2, help="devices, one stage each (default 2)")
-        p.add_argument("--microbatches", type=int, default=4, help="micro-batches per step (default 4)")
-        p.add_argument("--batch", type=int, help="samples per step (default 4 per micro-batch)")
+        p.add_argument("-k", "--stages", type=options.POSITIVE, default=2, help="devices, one stage each (default 2)")
+        p.add_argument("--microbatches", type=options.SIZE, default=4, help="micro-batches per step (default 4)")
+        p.add_argument("--batch", type=options.SIZE, help="samples per step (default 4 per micro-batch)")
         p.add_argument("--training", action="store_true", help="forward, loss (MSE to a random target) and backward")
         p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
         p.add_argument("--granularity", choices=["layer", "op"], default="layer")
         p.add_argument("--spec", help="profiler spec (default cpu-measured, or cuda-measured with --device cuda)")
-        p.add_argument("--memory", type=float, help="bytes per device; a stage over it is an error")
-        p.add_argument("--time-limit", type=float, help="seconds for the partitioning method")
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--repeats", type=int, default=10, help="profiler (and stage timing) repeats")
+        p.add_argument("--memory", type=options.MEMORY, help="bytes per device; a stage over it is an error")
+        p.add_argument("--time-limit", type=options.SECONDS, help="seconds for the partitioning method")
+        p.add_argument("--seed", type=options.SEED, default=0)
+        p.add_argument("--repeats", type=options.POSITIVE, default=10, help="profiler (and stage timing) repeats")
         p.add_argument("--json", action="store_true")
         p.add_argument("--out", help="also write the JSON answer to this file")
         if action == "run":
             p.add_argument("--schedule", choices=["gpipe", "1f1b"], default="gpipe")
-            p.add_argument("--steps", type=int, default=5, help="measured steps (default 5)")
-            p.add_argument("--warmup", type=int, default=1, help="unmeasured first steps (default 1)")
+            p.add_argument("--steps", type=options.POSITIVE, default=5, help="measured steps (default 5)")
+            p.add_argument("--warmup", type=options.NON_NEGATIVE, default=1, help="unmeasured first steps (default 1)")
             p.add_argument("--check", action="store_true",
                            help="compare outputs (and gradients) with the unsplit model")
-            p.add_argument("--timeout", type=float, default=300.0, help="seconds before a stuck stage fails")
+            p.add_argument("--timeout", type=options.SECONDS, default=300.0, help="seconds before a stuck stage fails")
 
 
 def _load_model(spec: str, size: str, batch: int, seed: int):

@@ -14,31 +14,35 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import options
 from . import emit, print_json
 
 HELP = "train a Placeto-style RL placer, or place a graph with a trained checkpoint"
+
+#: Devices a policy is trained for: its network has an output per device.
+TRAIN_DEVICES = options.Int(0, 1024)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     t = sub.add_parser("train", help="train a policy on graphs of a family (or on given graph files)")
     t.add_argument("--family", default="layered", help="generator family (default layered)")
-    t.add_argument("--sizes", type=int, nargs=2, default=[8, 24], metavar=("MIN", "MAX"),
-                   help="node counts of the training graphs (default 8 24)")
-    t.add_argument("--graphs", type=int, default=32, help="number of training graphs (default 32)")
+    t.add_argument("--sizes", type=options.Int(2, 100_000), nargs=2, default=[8, 24], metavar=("MIN", "MAX"),
+                   help="node counts of the training graphs (2..100000, default 8 24)")
+    t.add_argument("--graphs", type=options.Int(1, 1000), default=32, help="number of training graphs (1..1000, default 32)")
     t.add_argument("--graph", action="append", default=[], metavar="FILE",
                    help="train on this graph file instead of a family (repeatable)")
-    t.add_argument("-k", "--accelerators", type=int, default=3)
-    t.add_argument("--cpus", type=int, default=0)
-    t.add_argument("--episodes", type=int, default=3000)
-    t.add_argument("--batch", type=int, default=8, help="episodes per update (default 8)")
-    t.add_argument("--lr", type=float, default=3e-3)
-    t.add_argument("--entropy", type=float, default=0.02, help="entropy bonus at the start (default 0.02)")
-    t.add_argument("--hidden", type=int, default=32)
+    t.add_argument("-k", "--accelerators", type=TRAIN_DEVICES, default=3, help="0..1024 (default 3)")
+    t.add_argument("--cpus", type=TRAIN_DEVICES, default=0, help="0..1024 (default 0)")
+    t.add_argument("--episodes", type=options.POSITIVE, default=3000)
+    t.add_argument("--batch", type=options.Int(1, 4096), default=8, help="episodes per update (1..4096, default 8)")
+    t.add_argument("--lr", type=options.RATE, default=3e-3, help="learning rate, (0, 10] (default 0.003)")
+    t.add_argument("--entropy", type=options.WEIGHT, default=0.02, help="entropy bonus at the start (default 0.02)")
+    t.add_argument("--hidden", type=options.Int(1, 4096), default=32, help="hidden units (1..4096, default 32)")
     t.add_argument("--reward", choices=["step", "end"], default="step")
     t.add_argument("--no-message-passing", action="store_true", help="the ablation: no graph sweeps")
-    t.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=options.WORKERS, default=1, help="torch CPU threads (1..1024, default 1)")
+    t.add_argument("--seed", type=options.SEED, default=0)
     t.add_argument("--out", required=True, help="checkpoint file to write")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--json", action="store_true", help="print a JSON summary")
@@ -46,23 +50,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("place", help="place a graph with a trained policy (no training)")
     p.add_argument("graph")
     p.add_argument("--checkpoint", required=True)
-    p.add_argument("-k", "--accelerators", type=int, help="default: the checkpoint's")
-    p.add_argument("--cpus", type=int, help="default: the checkpoint's")
-    p.add_argument("--memory", type=float, help="bytes per accelerator (default: the file's value, else no cap)")
-    p.add_argument("--samples", type=int, default=0, help="sampled episodes beside the greedy one (default 0)")
-    p.add_argument("--seed", type=int, default=0)
+    options.add_cluster_args(p, k_default="the checkpoint's", l_default="the checkpoint's")
+    p.add_argument("--samples", type=options.Int(0, 100_000), default=0,
+                   help="sampled episodes beside the greedy one (0..100000, default 0)")
+    p.add_argument("--seed", type=options.SEED, default=0)
     p.add_argument("--out", help="also write the JSON answer to this file")
     p.add_argument("--json", action="store_true")
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ..graph import GraphError
     from ..io import load_graph
     from ..rl.train import TrainConfig, family_graphs, train
 
-    for name in ("episodes", "batch", "graphs", "hidden", "threads"):
-        if getattr(args, name) < 1:
-            raise GraphError(f"--{name} must be at least 1, got {getattr(args, name)}")
     cfg = TrainConfig(family=args.family, sizes=tuple(args.sizes), graphs=args.graphs,
                       accelerators=args.accelerators, cpus=args.cpus, episodes=args.episodes,
                       batch=args.batch, lr=args.lr, entropy=args.entropy, hidden=args.hidden,
@@ -90,18 +89,16 @@ def _train(args: argparse.Namespace) -> int:
 def _place(args: argparse.Namespace) -> int:
     from ..cost import evaluate
     from ..devices import Cluster
-    from ..graph import GraphError
     from ..io import load_graph
     from ..result import Result
     from ..rl.train import load, place
 
-    if args.samples < 0:
-        raise GraphError(f"--samples must be non-negative, got {args.samples}")
     graph = load_graph(args.graph)
     model = load(args.checkpoint)
     cfg = model.config
     k = cfg.accelerators if args.accelerators is None else args.accelerators
     cpus = cfg.cpus if args.cpus is None else args.cpus
+    # not clamped to the graph: the checkpoint's device count is the one a policy can place on
     cluster = Cluster.for_graph(graph, k, cpus, args.memory)
     out = place(model, graph, cluster, samples=args.samples, seed=args.seed)
     ev = evaluate(graph, cluster, out.assignment)

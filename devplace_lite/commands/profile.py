@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import options
 from ..devices import SPECS
 from ..graph import GraphError
 from ..zoo import MODELS, SIZES
@@ -26,14 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec", choices=["cpu-measured", "cuda-measured", *SPECS], default="V100",
                         help="roofline of a named accelerator (default V100), or times measured here")
     parser.add_argument("--training", action="store_true", help="add backward nodes (forward + backward graph)")
-    parser.add_argument("--batch", type=int, default=1, help="batch size of the example input (default 1)")
+    parser.add_argument("--batch", type=options.SIZE, default=1, help="batch size of the example input (default 1)")
     parser.add_argument("--size", choices=list(SIZES), default="full",
                         help="full: the published network (default); tiny: a small one for quick runs")
     parser.add_argument("--out", required=True, help="graph file to write (native JSON, written atomically)")
-    parser.add_argument("--repeats", type=int, default=20, help="timed runs per node, measured specs (default 20)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed runs per node first (default 3)")
-    parser.add_argument("--threads", type=int, help="cpu-measured: CPU threads for p_acc (default: all)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the example input")
+    parser.add_argument("--repeats", type=options.POSITIVE, default=20, help="timed runs per node, measured specs (default 20)")
+    parser.add_argument("--warmup", type=options.NON_NEGATIVE, default=3, help="untimed runs per node first (default 3)")
+    parser.add_argument("--threads", type=options.WORKERS, help="cpu-measured: CPU threads for p_acc (default: all)")
+    parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the weights and the example input")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
 

@@ -213,6 +213,8 @@ def _solve_scip(model: LinearModel, time_limit, gap, seed, threads, start, verbo
         accepted = bool(m.addSol(sol, free=True))
     m.optimize()
     status = m.getStatus()
+    if status == "userinterrupt":  # SCIP caught Ctrl-C itself: Python never saw it
+        raise KeyboardInterrupt
     values = objective = None
     if m.getNSols() > 0:
         best = m.getBestSol()
@@ -224,7 +226,7 @@ def _solve_scip(model: LinearModel, time_limit, gap, seed, threads, start, verbo
         kind, bound = "optimal", float(m.getDualbound())
     elif status == "gaplimit":
         kind, bound = "gap", float(m.getDualbound())
-    elif status in ("timelimit", "userinterrupt", "nodelimit", "memlimit", "stallnodelimit"):
+    elif status in ("timelimit", "nodelimit", "memlimit", "stallnodelimit"):
         kind, bound = "time_limit", float(m.getDualbound())
     else:
         raise RuntimeError(f"SCIP stopped with status {status}")

@@ -34,6 +34,7 @@ True
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from collections import defaultdict, deque
@@ -46,6 +47,7 @@ import torch
 
 from ..cost import Placement
 from ..devices import Cluster
+from ..files import read_input, write_atomic
 from ..generators import FAMILIES, generate
 from ..graph import Graph, GraphError
 from ..sim import SimParams, Simulator
@@ -142,33 +144,24 @@ class Model:
     sim_calls: int = 0
 
     def save(self, path: str | Path) -> None:
-        """Write a checkpoint atomically (a torch zip: weights, config, history)."""
-        import os
-        import tempfile
-
+        """Write a checkpoint atomically (a torch zip: weights, config, history), creating its
+        folder; see `devplace_lite.files.write_atomic`."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         obj = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": self.config.to_dict(),
                "state_dict": self.net.state_dict(), "history": self.history,
                "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "sim_calls": self.sim_calls,
                "torch": str(torch.__version__)}
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save(obj, tmp)
-            os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is a shared data file
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(p, lambda f: torch.save(obj, f))
 
 
 def load(path: str | Path) -> Model:
     """Read a checkpoint written by `Model.save` (weights only: nothing is executed)."""
+    if not Path(path).exists():
+        raise GraphError(f"checkpoint {path} does not exist")
+    data = read_input(path)  # a regular file of bounded size, never a FIFO or a device
     try:
-        obj = torch.load(Path(path), map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise GraphError(f"checkpoint {path} does not exist") from None
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many kinds on a file that is not a checkpoint
         raise GraphError(f"{path}: not a placeto checkpoint ({type(e).__name__})") from None
     if not isinstance(obj, dict) or obj.get("format") != CHECKPOINT_FORMAT:
