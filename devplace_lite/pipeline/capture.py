@@ -1,0 +1,615 @@
+"""Capture any model as pipeline segments between candidate split points, and measure them.
+
+Problem
+-------
+A practitioner's model (torchvision, timm, Hugging Face...) must become a graph the
+partitioners can split, and every split must be something PyTorch can run: a list of module
+FQNs at which `torch.distributed.pipelining` starts a new stage (``SplitPoint.BEGINNING``).
+So the graph's nodes are *segments*: the program between one candidate split point and the
+next. A candidate is a module called exactly once (a module called twice cannot mark one
+place), at ``granularity="block"`` one that a container holds (``layers.3``, ``h.0``,
+``features.2``) or a direct part of the model (single-child wrappers see through); at
+``"layer"`` any such module. Candidates that start at the same operator are one split point,
+named by the outermost.
+
+How
+---
+1. **torch.export first** (what ``torch.distributed.pipelining.pipeline`` uses): the model is
+   exported once by ``pipeline(model, example, split_policy=...)``, whose policy puts a split
+   marker before the first operator of every candidate, read off each node's
+   ``nn_module_stack``. The result is PyTorch's own ``Pipe``: one stage module per segment and
+   the wiring between them (skip values go straight to the stage that reads them). A
+   parameter read by two segments (tied embeddings) is *replicated* there, each copy
+   receiving part of the gradient; `Capture.tied` lists them so a run sums those gradients.
+2. **torch.fx as the fallback** when export fails (data-dependent control flow, say): the
+   model is traced with ``torch.fx``; where tracing fails inside a module, that module is kept
+   whole (a leaf) and tracing restarts, up to `MAX_LEAVES` times. Each step is written to
+   `Capture.notes` with the module, the source line and the fallback taken. Segments are then
+   cut by devplace's own splitter (`devplace_lite.pipeline.split`), which carries skip values
+   through the stages in between.
+3. **Measure** (`measure_segments`): run the segments in order on the example micro-batch,
+   each ``repeats`` times after ``warmup``, timing the forward with the CPU time of the
+   calling thread on one torch thread (a shared machine's load does not inflate it: waiting
+   for a core is not CPU time), and in training the segment's own backward, fed with ones,
+   on fresh leaf copies of its inputs (so in-place operators never touch a saved tensor).
+   The least CPU time over the repeats is kept (interference only ever adds). Also recorded:
+   the bytes of the parameters each segment holds, the activations autograd saves for its
+   backward, and the bytes of every value passed between segments.
+4. **Graph** (`segment_graph`): one node per segment (and per model input, a zero-cost source
+   on the first stage), an edge per value passed, backward nodes paired by colour in
+   training. ``comm`` is the bytes a segment sends on, over the link.
+
+Complexity: one export (or trace) and ``(warmup + repeats)`` forward (and backward) passes.
+
+Example
+-------
+>>> import torch
+>>> net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+>>> cap = capture(net, (torch.randn(2, 8),))
+>>> cap.how, cap.names
+('torch.export', ['0', '1', '2'])
+>>> m = measure_segments(cap, repeats=2, warmup=0)
+>>> len(m.forward_ms), m.param_bytes
+(3, [576, 0, 272])
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import linecache
+import os
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+from torch import nn
+from torch.utils._pytree import tree_flatten
+
+from ..errors import GraphError, UsageError
+from ..graph import Graph, Node
+
+GRANULARITIES = ("block", "layer")
+#: Modules made leaves, one per failed trace, before the fx fallback gives up.
+MAX_LEAVES = 16
+#: Host link assumed for measured CPU segments (PCIe 3.0 x16, as `devplace_lite.profile`).
+LINK_BYTES_PER_S = 16e9
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+
+# -- candidate split points --------------------------------------------------------------------
+def module_calls(model: nn.Module, inputs: Sequence[Any]) -> tuple[list[str], collections.Counter]:
+    """Module FQNs in the order their ``forward`` starts on ``inputs``, and how often each runs."""
+    order: list[str] = []
+    count: collections.Counter = collections.Counter()
+
+    def hook(name: str):
+        def pre(_module: nn.Module, _args: Any) -> None:
+            order.append(name)
+            count[name] += 1
+        return pre
+
+    handles = [m.register_forward_pre_hook(hook(name)) for name, m in model.named_modules() if name]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return order, count
+
+
+def candidates(model: nn.Module, order: Sequence[str], count: collections.Counter,
+               granularity: str = "block") -> list[str]:
+    """Candidate split points in call order (see the module docstring)."""
+    if granularity not in GRANULARITIES:
+        raise UsageError(f"unknown granularity {granularity!r}; expected one of {', '.join(GRANULARITIES)}")
+    mods = dict(model.named_modules())
+
+    def depth(name: str) -> int:  # ancestors with more than one child: single-child wrappers are transparent
+        parts = name.split(".")
+        return sum(len(list(mods[".".join(parts[:i])].children())) > 1 for i in range(len(parts)))
+
+    out: list[str] = []
+    for name in dict.fromkeys(order):
+        if count[name] != 1:
+            continue
+        parent = mods[name.rpartition(".")[0]]
+        if granularity == "layer" or depth(name) <= 1 or type(parent) in _CONTAINERS:  # not subclasses (MLP blocks)
+            out.append(name)
+    return out
+
+
+def _module_path(node: fx.Node) -> list[str]:
+    """FQNs of the modules a node runs inside (call_module leaves included)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = []
+    for value in stack.values():
+        fqn = value[0] if isinstance(value, tuple) else str(value)
+        path.append(fqn.split("@")[0].replace("L['self'].", "").replace("L__self___", ""))
+    if node.op == "call_module":
+        path.append(str(node.target))
+    return path
+
+
+def _first_nodes(gm: fx.GraphModule, cands: Sequence[str]) -> dict[str, str]:
+    """Candidate FQN -> the name of the first operator node inside it (candidates with no
+    operator of their own are left out; one node keeps its outermost candidate)."""
+    wanted = set(cands)
+    first: dict[str, str] = {}
+    started: set[str] = set()
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method", "call_module"):
+            continue
+        taken = False
+        for fqn in _module_path(n):
+            parts = fqn.split(".")
+            for i in range(1, len(parts) + 1):
+                c = ".".join(parts[:i])
+                if c in wanted and c not in started:
+                    started.add(c)
+                    if not taken:  # an inner candidate starting here is the same split point
+                        first[c] = n.name
+                        taken = True
+    return first
+
+
+# -- the capture -------------------------------------------------------------------------------
+@dataclass
+class Capture:
+    """A model cut into segments at its candidate split points.
+
+    ``names[i]`` is segment ``i``'s split point (the module FQN at which it begins; segment 0
+    begins at the model's start and is named after its first candidate, or ``"(start)"``);
+    ``modules[i]`` runs it. ``wiring`` is an fx graph calling ``submod_<i>`` in order (the
+    export route) or ``None`` (the fx route, whose `split` carries values stage to stage).
+    ``tied``: parameter FQN -> segments holding a copy. ``notes``: what the capture had to do.
+    """
+
+    model: nn.Module
+    example: tuple
+    how: str
+    names: list[str]
+    modules: list[nn.Module]
+    wiring: fx.GraphModule | None
+    granularity: str
+    notes: list[str] = field(default_factory=list)
+    tied: dict[str, list[int]] = field(default_factory=dict)
+    leaf_modules: list[str] = field(default_factory=list)
+    fx_graph: fx.GraphModule | None = None
+    fx_stage_of: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.modules)
+
+    @property
+    def split_points(self) -> list[str]:
+        """The FQNs that begin segments 1, 2, ... (``SplitPoint.BEGINNING`` each)."""
+        return self.names[1:]
+
+
+def _reason(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0][:200] if lines else type(err).__name__
+
+
+def _user_frame(err: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the error that is neither torch's nor this package's."""
+    torch_dir = os.path.dirname(torch.__file__)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = None
+    e: BaseException | None = err
+    while e is not None:
+        for f in traceback.extract_tb(e.__traceback__):
+            path = os.path.abspath(f.filename)
+            if not path.startswith(torch_dir) and not path.startswith(here) and "<" not in f.filename:
+                found = f
+        e = e.__cause__ or e.__context__
+    return found
+
+
+def _where(frame: traceback.FrameSummary | None) -> str:
+    if frame is None:
+        return ""
+    code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
+    return f"{os.path.basename(frame.filename)}:{frame.lineno} `{code}`"
+
+
+def split_policy(points: Sequence[str], chosen: list[str] | None = None):
+    """A ``split_policy`` for `torch.distributed.pipelining.pipeline` that begins a stage at
+    each module FQN of ``points`` (what ``split_spec={fqn: SplitPoint.BEGINNING}`` does), and
+    hands every model input that a later stage reads to the first stage: the pipeline feeds
+    model inputs to the first stage only, so a later reader (a T5 decoder's token ids) gets a
+    copy made there and sent on. ``chosen`` (optional) receives the name of each segment's
+    split point, the first named after the model's first candidate or ``"(start)"``."""
+    from torch.distributed.pipelining._IR import aten_pipe_split_alias
+
+    names = chosen if chosen is not None else []
+
+    def policy(gm: fx.GraphModule) -> fx.GraphModule:
+        first = _first_nodes(gm, points)
+        by_node = {v: k for k, v in first.items()}
+        ops = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+        names.append(by_node.get(ops[0].name, "(start)") if ops else "(start)")
+        marks = []
+        for n in ops[1:]:
+            if n.name in by_node:
+                with gm.graph.inserting_before(n):
+                    marks.append(gm.graph.call_function(aten_pipe_split_alias, ()))
+                names.append(by_node[n.name])
+        if marks:
+            order = {n: i for i, n in enumerate(gm.graph.nodes)}
+            cut = order[marks[0]]
+            for ph in [n for n in gm.graph.nodes if n.op == "placeholder"]:
+                late = [u for u in ph.users if order[u] > cut]
+                if late:
+                    with gm.graph.inserting_before(ops[0]):
+                        copy_ = gm.graph.call_function(torch.ops.aten.clone.default, (ph,))
+                    copy_.meta.update({k: ph.meta[k] for k in ("val", "tensor_meta") if k in ph.meta})
+                    copy_.meta["nn_module_stack"] = dict(ops[0].meta.get("nn_module_stack") or {})
+                    for u in late:
+                        u.replace_input_with(ph, copy_)
+        gm.recompile()
+        return gm
+
+    return policy
+
+
+def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str) -> Capture:
+    import logging
+
+    from torch.distributed.pipelining import pipeline
+
+    names: list[str] = []
+    quiet = logging.getLogger("torch.distributed.pipelining")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # it logs every parameter shared by two stages at INFO
+    try:
+        pipe = pipeline(copy.deepcopy(model), example, split_policy=split_policy(cands, names))
+    finally:
+        quiet.setLevel(level)
+    modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
+    if len(modules) != len(names):
+        raise GraphError(f"export produced {len(modules)} segments for {len(names)} split points")
+    return Capture(model=model, example=example, how="torch.export", names=names, modules=modules,
+                   wiring=pipe.split_gm, granularity=granularity, tied=tied_parameters(model, modules))
+
+
+def tied_parameters(model: nn.Module, stages: Sequence[nn.Module]) -> dict[str, list[int]]:
+    """Trainable parameters of ``model`` held by more than one stage: the first of their FQNs
+    -> the stages. Stage modules keep the model's FQNs; a tied weight (one tensor under several
+    names) counts as held wherever any of its names is."""
+    aliases: dict[int, list[str]] = collections.defaultdict(list)
+    for fqn, p in model.named_parameters(remove_duplicate=False):
+        if p.requires_grad:
+            aliases[id(p)].append(fqn)
+    held = [{fqn for fqn, _ in m.named_parameters(remove_duplicate=False)} for m in stages]
+    tied = {}
+    for names in aliases.values():
+        where = [i for i, h in enumerate(held) if h.intersection(names)]
+        if len(where) > 1:
+            tied[names[0]] = where
+    return tied
+
+
+
+class _LeafTracer(fx.Tracer):
+    """fx's tracer that also keeps the named modules whole."""
+
+    def __init__(self, leaves: set[str]) -> None:
+        super().__init__()
+        self.leaves = leaves
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return qualname in self.leaves or super().is_leaf_module(m, qualname)
+
+
+def trace_with_leaves(model: nn.Module, notes: list[str]) -> tuple[fx.GraphModule, list[str]]:
+    """Trace ``model`` with torch.fx, keeping whole each module inside which tracing fails
+    (innermost first), and noting each in ``notes``. `GraphError` when the failure is in the
+    model's own ``forward`` (no module to keep whole) or after `MAX_LEAVES` leaves."""
+    leaves: set[str] = set()
+    for _ in range(MAX_LEAVES + 1):
+        tracer = _LeafTracer(leaves)
+        try:
+            graph = tracer.trace(model)
+            return fx.GraphModule(tracer.root, graph, type(model).__name__), sorted(leaves)
+        except Exception as e:  # noqa: BLE001 - fx raises TraceError, TypeError, RuntimeError...
+            stack = list(tracer.module_stack) if tracer.module_stack else []
+            module = next((s for s in reversed(stack) if s and s not in leaves), "")
+            where = _where(_user_frame(e))
+            if not module:
+                raise GraphError(f"cannot capture {type(model).__name__}: torch.fx fails in the model's own forward "
+                                 f"at {where or 'an unknown line'} ({_reason(e)}); make that code traceable, or "
+                                 "wrap it in a module, which is then kept whole") from None
+            leaves.add(module)
+            notes.append(f"torch.fx: tracing fails inside module {module} at {where or 'an unknown line'} "
+                         f"({_reason(e)}); fallback: kept {module} whole as one leaf")
+    raise GraphError(f"cannot capture {type(model).__name__} with torch.fx: still failing after {MAX_LEAVES} leaf "
+                     "modules")
+
+
+def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str,
+                notes: list[str]) -> Capture:
+    from .split import split_module
+
+    gm, leaves = trace_with_leaves(model, notes)
+    # a candidate inside a leaf cannot begin a segment
+    cands = [c for c in cands if not any(c.startswith(leaf + ".") for leaf in leaves)]
+    first = _first_nodes(gm, cands)
+    by_node = {v: k for k, v in first.items()}
+    seg, names, stage_of = 0, [], {}
+    ops = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    for j, n in enumerate(ops):
+        if j == 0:
+            names.append(by_node.get(n.name, "(start)"))
+        elif n.name in by_node:
+            seg += 1
+            names.append(by_node[n.name])
+        stage_of[n.name] = seg
+    sp = split_module(gm, stage_of, example, num_stages=len(names))
+    return Capture(model=model, example=example, how="torch.fx", names=names, modules=list(sp.stages),
+                   wiring=None, granularity=granularity, leaf_modules=leaves, fx_graph=gm,
+                   fx_stage_of=dict(sp.stage_of))
+
+
+def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block") -> Capture:
+    """Capture ``model`` on the example micro-batch ``example`` (a tuple of tensors).
+
+    Tries torch.export, then torch.fx with automatic leaf modules; the second route's reasons
+    are in ``notes``. Raises `GraphError` (one line naming the module and line) when both fail.
+    """
+    example = tuple(example)
+    if not example or not all(isinstance(t, torch.Tensor) for t in example):
+        raise UsageError("example inputs must be a non-empty tuple of tensors")
+    try:
+        order, count = module_calls(model, example)
+    except Exception as e:  # noqa: BLE001 - the user's model failed on its own input
+        raise GraphError(f"model {type(model).__name__} fails on its example inputs at "
+                         f"{_where(_user_frame(e)) or 'an unknown line'}: {_reason(e)}") from None
+    cands = candidates(model, order, count, granularity)
+    try:
+        return _capture_export(model, example, cands, granularity)
+    except Exception as e:  # noqa: BLE001 - export raises many kinds; we fall back and say why
+        where = _where(_user_frame(e))
+        note = (f"torch.export fails{' at ' + where if where else ''} ({_reason(e.__cause__ or e)}); "
+                "fallback: torch.fx")
+    notes = [note]
+    cap = _capture_fx(model, example, cands, granularity, notes)
+    cap.notes = notes
+    return cap
+
+
+# -- measuring segments ------------------------------------------------------------------------
+@dataclass
+class SegmentTimes:
+    """What measuring the segments gave, per segment (lists in segment order).
+
+    Times are the least CPU time over the repeats, in ms, on one torch thread;
+    ``activation_bytes`` the tensors autograd saves for the segment's backward (training), or
+    its output (inference); ``inputs[i]``: ``(source, position, bytes, float)`` of every value
+    segment ``i`` reads, the source a segment index (and the output's position) or
+    ``"input:<k>"``.
+    """
+
+    forward_ms: list[float]
+    backward_ms: list[float]
+    param_bytes: list[int]
+    grad_bytes: list[int]
+    activation_bytes: list[int]
+    inputs: list[list[tuple[Any, int, bool]]]
+    training: bool
+    repeats: int
+    threads: int = 1
+    input_bytes: list[int] = field(default_factory=list)
+
+
+def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
+    """Leaf copies of a segment's inputs, as a pipeline stage receives them; in training each
+    is cloned again so an in-place operator writes into the clone, never into the leaf."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            leaf = v.detach().requires_grad_(training and v.is_floating_point() and v.requires_grad)
+            out.append(leaf.clone() if leaf.requires_grad else leaf)
+        else:
+            out.append(v)
+    return out
+
+
+def _bytes(v: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_flatten(v)[0] if isinstance(t, torch.Tensor))
+
+
+class _Saved:
+    """Bytes of distinct tensors autograd saves (parameters excluded)."""
+
+    def __init__(self, skip: set[int]) -> None:
+        self.skip, self.seen, self.total = skip, set(), 0
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        if id(t) not in self.skip and key not in self.seen:
+            self.seen.add(key)
+            self.total += t.numel() * t.element_size()
+        return t
+
+    @staticmethod
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
+def _segment_calls(cap: Capture) -> list[tuple[int, list[tuple]]]:
+    """Where each segment's positional inputs come from, read off the export route's wiring:
+    ``("input", k)`` or ``("seg", j, position or None)``."""
+    placeholders = [n for n in cap.wiring.graph.nodes if n.op == "placeholder"]
+    pos = {n: ("input", k) for k, n in enumerate(placeholders)}
+    seg_of: dict[fx.Node, int] = {}
+    calls = []
+    for n in cap.wiring.graph.nodes:
+        if n.op != "call_module":
+            continue
+        i = int(str(n.target).rsplit("_", 1)[-1])
+        seg_of[n] = i
+        src = []
+        for a in n.args:
+            if a in pos:
+                src.append(pos[a])
+            elif a in seg_of:
+                src.append(("seg", seg_of[a], None))
+            elif isinstance(a, fx.Node) and a.op == "call_function" and a.args[0] in seg_of:
+                src.append(("seg", seg_of[a.args[0]], a.args[1]))
+            else:
+                raise GraphError(f"unexpected value {a} feeding segment {i}")
+        calls.append((i, src))
+    return calls
+
+
+def _run_in_order(cap: Capture):
+    """Yield ``(i, module, input values, sources)`` for each segment in order, with real values
+    produced by running the segments once (no grad)."""
+    outs: dict[int, Any] = {}
+    with torch.no_grad():
+        if cap.wiring is None:
+            cur: Any = cap.example
+            for i, m in enumerate(cap.modules):
+                args = list(cur)
+                src = [("input", k) for k in range(len(args))] if i == 0 else \
+                    [("seg", i - 1, j) for j in range(len(args))]
+                yield i, m, args, src
+                res = m(*args)
+                cur = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+            return
+        for i, src in _segment_calls(cap):
+            args = []
+            for s in src:
+                if s[0] == "input":
+                    args.append(cap.example[s[1]])
+                else:
+                    v = outs[s[1]]
+                    args.append(v if s[2] is None else v[s[2]])
+            yield i, cap.modules[i], args, src
+            outs[i] = cap.modules[i](*args)
+
+
+def _cpu_ms(fn) -> float:
+    c0 = time.thread_time()
+    fn()
+    return (time.thread_time() - c0) * 1e3
+
+
+def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
+                     threads: int = 1) -> SegmentTimes:
+    """Time every segment of ``cap`` on its example micro-batch (see the module docstring)."""
+    if repeats < 1 or warmup < 0:
+        raise UsageError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    n = cap.num_segments
+    fwd, bwd, acts = [0.0] * n, [0.0] * n, [0] * n
+    params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
+    try:
+        for i, m, args, src in _run_in_order(cap):
+            ps = list(m.parameters())
+            params[i] = (sum(p.numel() * p.element_size() for p in ps)
+                         + sum(b.numel() * b.element_size() for b in m.buffers()))
+            grads[i] = sum(p.numel() * p.element_size() for p in ps if p.requires_grad)
+            inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
+                          isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
+            f_ms, b_ms, saved = [], [], 0
+            for r in range(warmup + repeats):
+                xs = _fresh([a.requires_grad_(training and a.is_floating_point())
+                             if isinstance(a, torch.Tensor) and not a.requires_grad and a.is_leaf else a
+                             for a in args], training)
+                meter = _Saved({id(p) for p in ps})
+                out: list[Any] = []
+                with torch.set_grad_enabled(training), torch.autograd.graph.saved_tensors_hooks(meter.pack,
+                                                                                                meter.unpack):
+                    t = _cpu_ms(lambda: out.append(m(*xs)))
+                saved = meter.total if training else _bytes(out[0])
+                if r >= warmup:
+                    f_ms.append(t)
+                if training:
+                    ys = [y for y in tree_flatten(out[0])[0] if isinstance(y, torch.Tensor) and y.requires_grad]
+                    if ys:
+                        seeds = [torch.ones_like(y) for y in ys]
+                        t = _cpu_ms(lambda: torch.autograd.backward(ys, seeds))
+                        if r >= warmup:
+                            b_ms.append(t)
+                    for p in ps:
+                        p.grad = None
+            fwd[i] = min(f_ms)
+            bwd[i] = min(b_ms) if b_ms else 0.0
+            acts[i] = int(saved)
+    finally:
+        torch.set_num_threads(before)
+    return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
+                        activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
+                        input_bytes=[_bytes(x) for x in cap.example])
+
+
+def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES_PER_S,
+                  name: str | None = None) -> Graph:
+    """The placement graph of the measured segments (see the module docstring): node ids are
+    the segments' split points, model inputs are ``input:<k>``. ``graph.meta["segments"]``
+    keeps what the planner needs for memory (parameters, gradients, activations, tied)."""
+    n = cap.num_segments
+    ids = [f"{i}:{nm}" for i, nm in enumerate(cap.names)]
+    sent = [0] * n  # bytes each segment sends to later segments (each value once)
+    seen: set[tuple[int, Any]] = set()
+    edges: list[tuple[str, str]] = []
+    grad_back = [0] * n  # gradient bytes each segment sends back to earlier segments
+    used_inputs: dict[int, int] = {}
+    for i, ins in enumerate(times.inputs):
+        for src, position, nbytes, is_float in ins:
+            if isinstance(src, str):
+                k = int(src.split(":")[1])
+                used_inputs[k] = nbytes
+                edges.append((f"input:{k}", ids[i]))
+                continue
+            edges.append((ids[src], ids[i]))
+            key = (src, position)
+            if key not in seen:
+                seen.add(key)
+                sent[src] += nbytes
+            if is_float and times.training:
+                grad_back[i] += nbytes
+    nodes = [Node(id=f"input:{k}", p_acc=0.0, p_cpu=0.0, comm=b / link * 1e3, out_bytes=float(b),
+                  name=f"model input {k}") for k, b in sorted(used_inputs.items())]
+    back = []
+    for i in range(n):
+        color = ids[i] if times.training else None
+        mem = times.param_bytes[i] + times.activation_bytes[i]
+        nodes.append(Node(id=ids[i], p_acc=round(times.forward_ms[i], 6), p_cpu=round(times.forward_ms[i], 6),
+                          memory=float(mem), comm=sent[i] / link * 1e3, out_bytes=float(sent[i]),
+                          name=cap.names[i], color=color))
+        if times.training:
+            back.append(Node(id=f"{ids[i]}.grad", p_acc=round(times.backward_ms[i], 6),
+                             p_cpu=round(times.backward_ms[i], 6), memory=float(times.grad_bytes[i]),
+                             comm=grad_back[i] / link * 1e3, out_bytes=float(grad_back[i]), backward=True,
+                             color=color, name=f"{cap.names[i]}.grad"))
+    if times.training:
+        for s, t in list(edges):
+            if not s.startswith("input:"):
+                edges.append((f"{t}.grad", f"{s}.grad"))
+        edges += [(v, f"{v}.grad") for v in ids]
+    meta = {
+        "generator": "devplace_lite.pipeline.capture", "model": name or type(cap.model).__name__,
+        "capture": cap.how, "notes": list(cap.notes), "granularity": cap.granularity, "training": times.training,
+        "batch": int(cap.example[0].shape[0]) if cap.example[0].dim() else 1,
+        "inputs": [list(t.shape) for t in cap.example], "times": "measured", "clock": "thread CPU time",
+        "threads": times.threads, "repeats": times.repeats, "torch": torch.__version__,
+        "spec": {"name": "cpu-measured", "link": link},
+        "segments": {"names": list(cap.names), "param_bytes": times.param_bytes, "grad_bytes": times.grad_bytes,
+                     "activation_bytes": times.activation_bytes, "forward_ms": times.forward_ms,
+                     "backward_ms": times.backward_ms, "input_bytes": times.input_bytes},
+        "tied": {k: v for k, v in cap.tied.items()}, "leaf_modules": list(cap.leaf_modules),
+    }
+    kind = "training" if times.training else "inference"
+    return Graph(nodes + back, edges, name=f"{meta['model']}-segments-{kind}", meta=meta)
