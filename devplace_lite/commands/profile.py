@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from ..devices import SPECS
-from ..graph import GraphError
+from ..errors import GraphError, UsageError
 from ..zoo import MODELS, SIZES
 from . import print_json
 
@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="graph file to write (native JSON, written atomically)")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per node, measured specs (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs per node first (default 3)")
-    parser.add_argument("--threads", type=int, help="cpu-measured: CPU threads for p_acc (default: all)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="cpu-measured: CPU threads for p_acc (default 1: one thread, as one pipeline stage per "
+                             "core gets; recorded in the graph's meta as 'threads')")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the example input")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
@@ -46,7 +48,7 @@ def command_line(args: argparse.Namespace) -> str:
         words.append("--training")
     if args.spec in ("cpu-measured", "cuda-measured"):
         words += ["--repeats", str(args.repeats), "--warmup", str(args.warmup)]
-        if args.threads is not None:
+        if args.spec == "cpu-measured":
             words += ["--threads", str(args.threads)]
     return " ".join(words)
 
@@ -54,8 +56,10 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.model not in MODELS:
         raise GraphError(f"unknown zoo model {args.model!r}; known: {', '.join(sorted(MODELS))}")
-    if args.batch < 1:
-        raise GraphError(f"--batch must be at least 1, got {args.batch}")
+    for flag, value, low in (("--batch", args.batch, 1), ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
+                             ("--threads", args.threads, 1)):
+        if value < low:
+            raise UsageError(f"{flag} must be an integer >= {low}, got {value}")
     from ..io import save_graph
     from ..profile import MEASURED, profile
 

@@ -215,7 +215,8 @@ def plan_model(model: nn.Module, example_inputs: Sequence[Any], *, method: str =
 
         with torch_threads(threads):
             graph = profile(model, tuple(example_inputs), granularity=granularity, spec=spec, training=training,
-                            repeats=repeats, warmup=warmup, progress=False, leaf_modules=leaf_modules)
+                            repeats=repeats, warmup=warmup, progress=False, leaf_modules=leaf_modules,
+                            threads=threads)
     cluster = Cluster.for_graph(graph, accelerators=k, cpus=0, memory=memory)
     fn = methods.resolve(methods.PARTITION, method)
     res = fn(graph, cluster, time_limit=time_limit, seed=seed)
