@@ -244,21 +244,59 @@ def split_policy(points: Sequence[str], chosen: list[str] | None = None):
                     marks.append(gm.graph.call_function(aten_pipe_split_alias, ()))
                 names.append(by_node[n.name])
         if marks:
-            order = {n: i for i, n in enumerate(gm.graph.nodes)}
-            cut = order[marks[0]]
+            seg = _segment_index(gm)
             for ph in [n for n in gm.graph.nodes if n.op == "placeholder"]:
-                late = [u for u in ph.users if order[u] > cut]
+                late = [u for u in ph.users if seg[u] > 0]
                 if late:
-                    with gm.graph.inserting_before(ops[0]):
-                        copy_ = gm.graph.call_function(torch.ops.aten.clone.default, (ph,))
-                    copy_.meta.update({k: ph.meta[k] for k in ("val", "tensor_meta") if k in ph.meta})
-                    copy_.meta["nn_module_stack"] = dict(ops[0].meta.get("nn_module_stack") or {})
+                    copy_ = _copy_before(gm, ph, ops[0])
+                    seg[copy_] = 0
                     for u in late:
                         u.replace_input_with(ph, copy_)
+            for n in list(gm.graph.nodes):
+                _relay(gm, n, seg)
         gm.recompile()
         return gm
 
     return policy
+
+
+def _segment_index(gm: fx.GraphModule) -> dict[fx.Node, int]:
+    """The segment of every node: the number of split markers before it."""
+    from torch.distributed.pipelining._IR import aten_pipe_split_alias
+
+    seg, i = {}, 0
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target == aten_pipe_split_alias:
+            i += 1
+        seg[n] = i
+    return seg
+
+
+def _copy_before(gm: fx.GraphModule, value: fx.Node, where: fx.Node) -> fx.Node:
+    """A clone of ``value`` inserted before ``where``, with the metadata export's tools need."""
+    with gm.graph.inserting_before(where):
+        copy_ = gm.graph.call_function(torch.ops.aten.clone.default, (value,))
+    copy_.meta.update({k: value.meta[k] for k in ("val", "tensor_meta") if k in value.meta})
+    copy_.meta["nn_module_stack"] = dict(where.meta.get("nn_module_stack") or {})
+    return copy_
+
+
+def _relay(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]) -> None:
+    """Make ``value`` reach at most one later segment: torch's stages cannot send a value that
+    needs a gradient to two stages ("backward of skip connections"), so the first later
+    segment that reads it makes a copy, which serves the segments after it (and so on)."""
+    if value.op in ("output", "get_attr") or "val" not in value.meta or \
+            not isinstance(value.meta["val"], torch.Tensor):
+        return
+    later = sorted({seg[u] for u in value.users if seg[u] > seg[value]})
+    if len(later) < 2:
+        return
+    first_user = next(n for n in gm.graph.nodes if n in value.users and seg[n] == later[0])
+    copy_ = _copy_before(gm, value, first_user)
+    seg[copy_] = later[0]
+    for u in [u for u in value.users if seg[u] > later[0]]:
+        u.replace_input_with(value, copy_)
+    _relay(gm, copy_, seg)
 
 
 def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str) -> Capture:
