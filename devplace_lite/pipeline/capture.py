@@ -254,6 +254,8 @@ def split_policy(points: Sequence[str], chosen: list[str] | None = None):
                         u.replace_input_with(ph, copy_)
             for n in list(gm.graph.nodes):
                 _relay(gm, n, seg)
+            for n in list(gm.graph.nodes):
+                _make_contiguous(gm, n, seg)
         gm.recompile()
         return gm
 
@@ -279,6 +281,26 @@ def _copy_before(gm: fx.GraphModule, value: fx.Node, where: fx.Node) -> fx.Node:
     copy_.meta.update({k: value.meta[k] for k in ("val", "tensor_meta") if k in value.meta})
     copy_.meta["nn_module_stack"] = dict(where.meta.get("nn_module_stack") or {})
     return copy_
+
+
+def _make_contiguous(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]) -> None:
+    """A value that crosses to a later segment with strides that are not contiguous gets a
+    contiguous copy in its own segment: the receiving stage allocates its buffer with the
+    traced strides, and gloo sends and receives contiguous memory only."""
+    val = value.meta.get("val")
+    if value.op in ("output", "get_attr") or not isinstance(val, torch.Tensor) or val.is_contiguous():
+        return
+    later = [u for u in value.users if seg[u] > seg[value]]
+    if not later:
+        return
+    with gm.graph.inserting_after(value):
+        copy_ = gm.graph.call_function(torch.ops.aten.clone.default, (value,),
+                                       {"memory_format": torch.contiguous_format})
+    copy_.meta["val"] = val.clone(memory_format=torch.contiguous_format)
+    copy_.meta["nn_module_stack"] = dict(value.meta.get("nn_module_stack") or {})
+    seg[copy_] = seg[value]
+    for u in later:
+        u.replace_input_with(value, copy_)
 
 
 def _relay(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]) -> None:

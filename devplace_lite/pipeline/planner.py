@@ -394,6 +394,29 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     return p
 
 
+def with_stages(p: PipelinePlan, stage_of: Sequence[int], method: str) -> PipelinePlan:
+    """``p`` with another split (segment -> stage, in order), scored by the same cost model: to
+    run the splits practitioners use (`even_split`, a compute-only balance) beside the plan's."""
+    from ..cost import evaluate
+    from ..result import Result
+
+    a = stage_assignment(p, stage_of)
+    ev = evaluate(p.chain, p.cluster, a)
+    res = Result(method, p.chain, p.cluster, a, float(ev.max_load), "feasible", 0.0)
+    return dataclasses.replace(p, result=res, stage_of=list(stage_of), method=method,
+                               method_reason=f"given split ({method})")
+
+
+def compute_only(p: PipelinePlan) -> list[int]:
+    """The split an equal-compute partitioner picks (PiPPy's proposed ``auto_partition`` balances
+    compute alone): the exact DP on the profile with every transfer set to zero."""
+    g = p.chain.with_nodes([dataclasses.replace(v, comm=0.0) for v in p.chain.nodes])
+    res = partition(g, p.cluster, "dp")
+    order = chain_order(g, p.cluster, res.assignment)
+    pos = {d: s for s, d in enumerate(order)}
+    return [pos[int(res.assignment[g.index[f"{i}:{nm}"]])] for i, nm in enumerate(p.names)]
+
+
 def even_split(graph: Graph, k: int) -> list[int]:
     """Stage of each segment when ``k`` stages begin at evenly spaced split points (what torch
     users write by hand: every ``n / k``-th block)."""

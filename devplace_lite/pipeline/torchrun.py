@@ -108,14 +108,27 @@ def write_script(path: str | Path, plan: Any) -> None:
 
 
 # -- one rank ----------------------------------------------------------------------------------
+def _contiguous(values: Any) -> Any:
+    import torch
+
+    return tuple(v.contiguous() if isinstance(v, torch.Tensor) else v for v in values)
+
+
 def _instrument(stage: Any, record: list) -> None:
-    """Record ``(kind, start, end, cpu ms)`` of every forward and backward chunk the stage runs."""
+    """Record ``(kind, start, end, cpu ms)`` of every forward and backward chunk the stage runs,
+    and hand on contiguous tensors: gloo sends contiguous memory only, while a stage's outputs
+    and its inputs' gradients may come out of the model or autograd with any strides."""
     for kind, name in (("F", "forward_one_chunk"), ("B", "backward_one_chunk")):
         inner = getattr(stage, name)
 
-        def timed(*args: Any, _inner=inner, _kind=kind, **kwargs: Any) -> Any:
+        def timed(chunk: int, *args: Any, _inner=inner, _kind=kind, **kwargs: Any) -> Any:
             c0, t0 = time.thread_time(), time.perf_counter()
-            out = _inner(*args, **kwargs)
+            out = _inner(chunk, *args, **kwargs)
+            if _kind == "F" and chunk in stage.fwd_cache:
+                outputs, rest = stage.fwd_cache[chunk]
+                stage.fwd_cache[chunk] = (_contiguous(outputs), rest)
+            elif _kind == "B" and chunk in stage.bwd_cache:
+                stage.bwd_cache[chunk] = _contiguous(stage.bwd_cache[chunk])
             record.append((_kind, t0, time.perf_counter(), (time.thread_time() - c0) * 1e3))
             return out
 
@@ -189,19 +202,24 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         aliases = {t["parameter"]: [n for n, p in named.items() if p is named[t["parameter"]]] for t in plan["tied"]}
         groups = [(t["parameter"], dist.new_group(t["stages"])) for t in plan["tied"] if len(t["stages"]) > 1]
         first, last = rank == 0, rank == world - 1
-        xs = tuple(t.to(device) for t in inputs)
+        xs = tuple(inputs[i].to(device) for i in first_stage_inputs(pipe))
+        from .run import ActivationMeter
+
+        meter = ActivationMeter({id(p) for p in stage.submod.parameters()})
         steps, out, losses = [], None, []
         for it in range(args.warmup + args.steps):
             if it == args.warmup:
                 record.clear()  # warm-up chunks allocate buffers once: not part of the figures
+                meter.reset()
             for p in stage.submod.parameters():
                 p.grad = None
             losses = []
             dist.barrier()
             t0 = time.perf_counter()
             if training:
-                out = sched.step(*(xs if first else ()), target=target if last else None,
-                                 losses=losses if last else None)
+                with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+                    out = sched.step(*(xs if first else ()), target=target if last else None,
+                                     losses=losses if last else None)
                 for fqn, group in groups:  # a replicated weight: every copy gets the whole gradient
                     if rank in next(t["stages"] for t in plan["tied"] if t["parameter"] == fqn):
                         _sum_tied(stage.submod, set(aliases[fqn]), group, device)
@@ -220,6 +238,8 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             "backward_cpu_ms": [c for k, *_, c in record if k == "B"],
             "loss": sum(float(x) for x in losses) / len(losses) if last and losses else None,
             "param_bytes": sum(p.numel() * p.element_size() for p in stage.submod.parameters()),
+            "grad_bytes": sum(p.numel() * p.element_size() for p in stage.submod.parameters() if p.requires_grad),
+            "activation_peak_bytes": int(meter.peak),
         }
         if args.check:
             rec["check"] = _check(model, inputs, target, training, stage.submod, out if last else None)
@@ -232,6 +252,18 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     finally:
         dist.destroy_process_group()
     return 0
+
+
+def first_stage_inputs(pipe: Any) -> list[int]:
+    """Which model input each positional input of the first stage is: the schedule hands the
+    batch to the first stage as is, and the split may list the model's inputs in another order
+    (T5: the decoder's token ids are read first)."""
+    graph = pipe.split_gm.graph
+    roots = [n for n in graph.nodes if n.op == "placeholder"]
+    call = next(n for n in graph.nodes if n.op == "call_module" and str(n.target).endswith("_0"))
+    if not all(a in roots for a in call.args):
+        raise GraphError("the first stage reads a value other than the model's inputs")
+    return [roots.index(a) for a in call.args]
 
 
 def _sum_tied(module: Any, names: set[str], group: Any, device: Any) -> None:
@@ -385,6 +417,10 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
         "stage_forward_cpu_ms": fwd, "stage_backward_cpu_ms": bwd,
         "stage_cpu_ms": [f + b for f, b in zip(fwd, bwd)], "loss": ranks[-1]["loss"],
         "param_bytes": [r["param_bytes"] for r in ranks],
+        "activation_peak_bytes": [r["activation_peak_bytes"] for r in ranks],
+        # measured peak: parameters, their gradients when training, the saved activations' high-water mark
+        "peak_memory": [r["param_bytes"] + (r["grad_bytes"] if plan["training"] else 0) + r["activation_peak_bytes"]
+                        for r in ranks],
         "commands": [" ".join(c[1:]).replace("-m torch.distributed.run", "torchrun") for c in cmds],
     }
     if all("check" in r for r in ranks):
