@@ -17,8 +17,9 @@ How
 1. **torch.export first** (what ``torch.distributed.pipelining.pipeline`` uses): the model is
    exported once by ``pipeline(model, example, split_policy=...)``, whose policy puts a split
    marker before the first operator of every candidate, read off each node's
-   ``nn_module_stack``. The result is PyTorch's own ``Pipe``: one stage module per segment and
-   the wiring between them (skip values go straight to the stage that reads them). A
+   ``nn_module_stack``, and hands values read further on from segment to segment (`split_policy`
+   says why). The result is PyTorch's own ``Pipe``: one stage module per segment and the
+   wiring between them. A
    parameter read by two segments (tied embeddings) is *replicated* there, each copy
    receiving part of the gradient; `Capture.tied` lists them so a run sums those gradients.
 2. **torch.fx as the fallback** when export fails (data-dependent control flow, say): the
@@ -224,10 +225,13 @@ def _where(frame: traceback.FrameSummary | None) -> str:
 def split_policy(points: Sequence[str], chosen: list[str] | None = None):
     """A ``split_policy`` for `torch.distributed.pipelining.pipeline` that begins a stage at
     each module FQN of ``points`` (what ``split_spec={fqn: SplitPoint.BEGINNING}`` does), and
-    hands every model input that a later stage reads to the first stage: the pipeline feeds
-    model inputs to the first stage only, so a later reader (a T5 decoder's token ids) gets a
-    copy made there and sent on. ``chosen`` (optional) receives the name of each segment's
-    split point, the first named after the model's first candidate or ``"(start)"``."""
+    rewrites the exported graph so that torch's schedules can run any split at those points:
+    a model input that a later stage reads is copied on the first stage (the schedules feed
+    inputs to the first stage only: a T5 decoder's token ids), values go from each stage to
+    the next only (`_carry`), values that cross are contiguous (`_make_contiguous`), and an
+    in-place operator never writes into a received tensor (`_copy_mutated_input`).
+    ``chosen`` (optional) receives the name of each segment's split point, the first named
+    after the model's first candidate or ``"(start)"``."""
     from torch.distributed.pipelining._IR import aten_pipe_split_alias
 
     names = chosen if chosen is not None else []
@@ -253,9 +257,11 @@ def split_policy(points: Sequence[str], chosen: list[str] | None = None):
                     for u in late:
                         u.replace_input_with(ph, copy_)
             for n in list(gm.graph.nodes):
-                _relay(gm, n, seg)
+                _carry(gm, n, seg)
             for n in list(gm.graph.nodes):
                 _make_contiguous(gm, n, seg)
+            for n in list(gm.graph.nodes):
+                _copy_mutated_input(gm, n, seg)
         gm.recompile()
         return gm
 
@@ -303,22 +309,48 @@ def _make_contiguous(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]
         u.replace_input_with(value, copy_)
 
 
-def _relay(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]) -> None:
-    """Make ``value`` reach at most one later segment: torch's stages cannot send a value that
-    needs a gradient to two stages ("backward of skip connections"), so the first later
-    segment that reads it makes a copy, which serves the segments after it (and so on)."""
-    if value.op in ("output", "get_attr") or "val" not in value.meta or \
-            not isinstance(value.meta["val"], torch.Tensor):
+def _copy_mutated_input(gm: fx.GraphModule, node: fx.Node, seg: dict[fx.Node, int]) -> None:
+    """An in-place operator (``ReLU(inplace=True)``) at the start of a segment would write into
+    the tensor the stage received, which autograd forbids (a leaf that requires grad): it
+    writes into a copy instead, and what read the value after it reads the copy."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not node.args or not schema.arguments:
         return
-    later = sorted({seg[u] for u in value.users if seg[u] > seg[value]})
-    if len(later) < 2:
+    alias = schema.arguments[0].alias_info
+    value = node.args[0]
+    if alias is None or not alias.is_write or not isinstance(value, fx.Node) or seg[value] >= seg[node]:
         return
-    first_user = next(n for n in gm.graph.nodes if n in value.users and seg[n] == later[0])
-    copy_ = _copy_before(gm, value, first_user)
-    seg[copy_] = later[0]
-    for u in [u for u in value.users if seg[u] > later[0]]:
+    copy_ = _copy_before(gm, value, node)
+    seg[copy_] = seg[node]
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for u in list(value.users):
+        if u is not copy_ and order[u] >= order[node]:
+            u.replace_input_with(value, copy_)
+
+
+def _carry(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]) -> None:
+    """Hand ``value`` on segment by segment: a value read two or more segments later gets a
+    copy at the start of the next segment, which serves the readers after it (and so on).
+    Every stage then talks to its neighbours only, which torch's schedules need: a value that
+    needs a gradient cannot go to two stages ("backward of skip connections"), and 1F1B's
+    paired sends and receives can wait on each other forever across a skip."""
+    if value.op in ("output", "get_attr") or not isinstance(value.meta.get("val"), torch.Tensor):
+        return
+    nxt = seg[value] + 1
+    if max((seg[u] for u in value.users), default=0) <= nxt:
+        return
+    start = next(n for n in gm.graph.nodes if seg.get(n) == nxt and not _is_marker(n))
+    copy_ = _copy_before(gm, value, start)
+    seg[copy_] = nxt
+    for u in [u for u in value.users if seg[u] > nxt]:
         u.replace_input_with(value, copy_)
-    _relay(gm, copy_, seg)
+    _carry(gm, copy_, seg)
+
+
+def _is_marker(n: fx.Node) -> bool:
+    from torch.distributed.pipelining._IR import aten_pipe_split_alias
+
+    return n.op == "call_function" and n.target == aten_pipe_split_alias
 
 
 def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str) -> Capture:
@@ -395,15 +427,13 @@ def trace_with_leaves(model: nn.Module, notes: list[str]) -> tuple[fx.GraphModul
                      "modules")
 
 
-def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str,
-                notes: list[str]) -> Capture:
+def fx_split(gm: fx.GraphModule, example: tuple, points: Sequence[str], leaves: Sequence[str] = ()):
+    """Cut a torch.fx graph into stages beginning at the module FQNs ``points`` (those inside a
+    leaf cannot begin one) with devplace's splitter: ``(Split, names of the stages' split points)``."""
     from .split import split_module
 
-    gm, leaves = trace_with_leaves(model, notes)
-    # a candidate inside a leaf cannot begin a segment
-    cands = [c for c in cands if not any(c.startswith(leaf + ".") for leaf in leaves)]
-    first = _first_nodes(gm, cands)
-    by_node = {v: k for k, v in first.items()}
+    points = [c for c in points if not any(c.startswith(leaf + ".") for leaf in leaves)]
+    by_node = {v: k for k, v in _first_nodes(gm, points).items()}
     seg, names, stage_of = 0, [], {}
     ops = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
     for j, n in enumerate(ops):
@@ -413,7 +443,13 @@ def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granular
             seg += 1
             names.append(by_node[n.name])
         stage_of[n.name] = seg
-    sp = split_module(gm, stage_of, example, num_stages=len(names))
+    return split_module(gm, stage_of, example, num_stages=len(names)), names
+
+
+def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str,
+                notes: list[str]) -> Capture:
+    gm, leaves = trace_with_leaves(model, notes)
+    sp, names = fx_split(gm, example, cands, leaves)
     return Capture(model=model, example=example, how="torch.fx", names=names, modules=list(sp.stages),
                    wiring=None, granularity=granularity, leaf_modules=leaves, fx_graph=gm,
                    fx_stage_of=dict(sp.stage_of))

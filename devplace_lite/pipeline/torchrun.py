@@ -184,13 +184,16 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         m = plan["microbatches"]
         micro = tuple(t[: plan["microbatch"]] for t in inputs)
         points = list(split_spec) if split_spec is not None else list(plan["split_points"])
-        pipe = pipeline(copy.deepcopy(model), micro, split_policy=split_policy(points))
-        if pipe.num_stages != world:
-            raise GraphError(f"the split points give {pipe.num_stages} stages, not {world}")
-        stage = pipe.build_stage(rank, device)
+        training = plan["training"]
+        if plan["capture"] == "torch.fx":
+            stage, order = _fx_stage(model, micro, points, rank, world, device, training)
+        else:
+            pipe = pipeline(copy.deepcopy(model), micro, split_policy=split_policy(points))
+            if pipe.num_stages != world:
+                raise GraphError(f"the split points give {pipe.num_stages} stages, not {world}")
+            stage, order = pipe.build_stage(rank, device), first_stage_inputs(pipe)
         record: list = []
         _instrument(stage, record)
-        training = plan["training"]
         target = None
         if training:
             with torch.no_grad():
@@ -202,7 +205,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         aliases = {t["parameter"]: [n for n, p in named.items() if p is named[t["parameter"]]] for t in plan["tied"]}
         groups = [(t["parameter"], dist.new_group(t["stages"])) for t in plan["tied"] if len(t["stages"]) > 1]
         first, last = rank == 0, rank == world - 1
-        xs = tuple(inputs[i].to(device) for i in first_stage_inputs(pipe))
+        xs = tuple(inputs[i].to(device) for i in order)
         from .run import ActivationMeter
 
         meter = ActivationMeter({id(p) for p in stage.submod.parameters()})
@@ -252,6 +255,29 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     finally:
         dist.destroy_process_group()
     return 0
+
+
+def _fx_stage(model: Any, micro: tuple, points: Sequence[str], rank: int, world: int, device: Any,
+              training: bool) -> tuple[Any, list[int]]:
+    """The fx route (a model torch.export cannot capture): devplace's splitter cuts the traced
+    model (leaf modules chosen as in the capture), and the stage is a manual `PipelineStage`
+    that talks to its neighbours only (values read later are carried through)."""
+    import copy
+
+    from torch.distributed.pipelining import PipelineStage
+
+    from .capture import fx_split, trace_with_leaves
+    from .run import _example, _stage_shapes
+
+    gm, leaves = trace_with_leaves(copy.deepcopy(model), [])
+    split, _ = fx_split(gm, micro, points, leaves)
+    if split.num_stages != world:
+        raise GraphError(f"the split points give {split.num_stages} stages, not {world}")
+    ins, outs = _stage_shapes(split.stages, micro, training)[rank]
+    stage = PipelineStage(split.stages[rank].to(device), rank, world, device,
+                          input_args=tuple(_example(m, device) for m in ins),
+                          output_args=tuple(_example(m, device) for m in outs))
+    return stage, list(range(len(micro)))
 
 
 def first_stage_inputs(pipe: Any) -> list[int]:
