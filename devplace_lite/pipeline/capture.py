@@ -618,17 +618,20 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             grads[i] = sum(p.numel() * p.element_size() for p in ps if p.requires_grad)
             inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
                           isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
-            f_ms, b_ms, saved = [], [], 0
-            for r in range(warmup + repeats):
+            f_ms, b_ms = [], []
+            for r in range(-1, warmup + repeats):  # run -1 counts saved tensors (hooks cost time): untimed
                 xs = _fresh([a.requires_grad_(training and a.is_floating_point())
                              if isinstance(a, torch.Tensor) and not a.requires_grad and a.is_leaf else a
                              for a in args], training)
-                meter = _Saved({id(p) for p in ps})
                 out: list[Any] = []
-                with torch.set_grad_enabled(training), torch.autograd.graph.saved_tensors_hooks(meter.pack,
-                                                                                                meter.unpack):
-                    t = _cpu_ms(lambda: out.append(m(*xs)))
-                saved = meter.total if training else _bytes(out[0])
+                with torch.set_grad_enabled(training):
+                    if r < 0:
+                        meter = _Saved({id(p) for p in ps})
+                        with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+                            out.append(m(*xs))
+                        acts[i] = int(meter.total if training else _bytes(out[0]))
+                    else:
+                        t = _cpu_ms(lambda: out.append(m(*xs)))
                 if r >= warmup:
                     f_ms.append(t)
                 if training:
@@ -642,7 +645,6 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                         p.grad = None
             fwd[i] = min(f_ms)
             bwd[i] = min(b_ms) if b_ms else 0.0
-            acts[i] = int(saved)
     finally:
         torch.set_num_threads(before)
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,

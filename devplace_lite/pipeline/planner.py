@@ -461,16 +461,18 @@ def _errors(predicted: Sequence[float], measured: Sequence[float]) -> list[float
     return [abs(p - m) / m if m > 0 else 0.0 for p, m in zip(predicted, measured)]
 
 
-def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int = 1, timeout: float = 600.0
-              ) -> dict[str, Any]:
+def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int = 1, timeout: float = 600.0,
+              first: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``p`` under torchrun, fit one scale factor for forward and one for backward times to
     the measured stage CPU times, re-plan with the scaled profile, run that plan and report the
     per-stage error of the compute forecast before (first plan, first run) and after
     (calibrated plan, second run). The calibrated plan replaces ``p``'s files in ``folder``;
-    the first run's plan stays in ``folder/uncalibrated``."""
+    the first run's plan stays in ``folder/uncalibrated``. ``first``: a torchrun run of ``p``
+    already made (`launch`'s answer), to save the first run."""
     from .torchrun import launch
 
-    first = launch(p.write(Path(folder) / "uncalibrated")["plan"], nodes=nodes, steps=steps, timeout=timeout)
+    if first is None:
+        first = launch(p.write(Path(folder) / "uncalibrated")["plan"], nodes=nodes, steps=steps, timeout=timeout)
     a_f = _fit(p.forward_ms, first["stage_forward_cpu_ms"])
     a_b = _fit(p.backward_ms, first["stage_backward_cpu_ms"]) if p.training else 1.0
     q = plan_graph(scaled_graph(p.graph, a_f, a_b), k=p.cluster.accelerators, microbatches=p.microbatches,

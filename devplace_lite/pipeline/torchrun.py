@@ -38,6 +38,7 @@ See ``tests/test_plan.py``::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -213,14 +214,16 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         for it in range(args.warmup + args.steps):
             if it == args.warmup:
                 record.clear()  # warm-up chunks allocate buffers once: not part of the figures
-                meter.reset()
             for p in stage.submod.parameters():
                 p.grad = None
             losses = []
             dist.barrier()
             t0 = time.perf_counter()
             if training:
-                with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+                # saved activations are counted in the first step only: the hooks cost CPU time
+                hooks = torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack) if it == 0 else \
+                    contextlib.nullcontext()
+                with hooks:
                     out = sched.step(*(xs if first else ()), target=target if last else None,
                                      losses=losses if last else None)
                 for fqn, group in groups:  # a replicated weight: every copy gets the whole gradient
