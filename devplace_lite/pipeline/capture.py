@@ -60,7 +60,6 @@ import collections
 import copy
 import linecache
 import os
-import statistics
 import time
 import traceback
 from dataclasses import dataclass, field

@@ -52,12 +52,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import GraphError, UsageError
+from .resources import free_port
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- the script --------------------------------------------------------------------------------
@@ -347,7 +343,7 @@ def torchrun_commands(script: str | Path, stages: int, *, nodes: int = 1, port: 
     """The torchrun command of each node (loopback rendezvous on ``port``)."""
     if nodes < 1 or stages % nodes:
         raise UsageError(f"{stages} stages do not split evenly over {nodes} node(s)")
-    port = port or _free_port()
+    port = port or free_port()
     return [[sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(r),
              "--nproc-per-node", str(stages // nodes), "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
              str(script), *extra] for r in range(nodes)]
