@@ -180,8 +180,6 @@ class Capture:
     notes: list[str] = field(default_factory=list)
     tied: dict[str, list[int]] = field(default_factory=dict)
     leaf_modules: list[str] = field(default_factory=list)
-    fx_graph: fx.GraphModule | None = None
-    fx_stage_of: dict[str, int] = field(default_factory=dict)
 
     @property
     def num_segments(self) -> int:
@@ -450,8 +448,7 @@ def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granular
     gm, leaves = trace_with_leaves(model, notes)
     sp, names = fx_split(gm, example, cands, leaves)
     return Capture(model=model, example=example, how="torch.fx", names=names, modules=list(sp.stages),
-                   wiring=None, granularity=granularity, leaf_modules=leaves, fx_graph=gm,
-                   fx_stage_of=dict(sp.stage_of))
+                   wiring=None, granularity=granularity, leaf_modules=leaves)
 
 
 def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block") -> Capture:

@@ -16,6 +16,9 @@ ranks wrote:
 * per stage, the CPU time of one micro-batch's forward and backward on the stage's thread
   (the least over micro-batches and steps: a shared machine's load does not inflate it), and
   the wall time of each step;
+* per stage, the peak memory: parameters, their gradients when training, and the high-water
+  mark of the activations autograd saves, counted in the first step (the counting hooks cost
+  CPU time, so the measured steps run without them);
 * with ``check``: the last stage's outputs against the unsplit model's, every stage's parameter
   gradients (tied weights after their all-reduce) against the unsplit model's.
 
