@@ -65,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=3, help="measured steps of --run / --calibrate, >= 1 (default 3)")
     parser.add_argument("--calibrate", action="store_true",
                         help="run, fit forward/backward scale factors, re-plan, run again; report the error before and after")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="time segments and run stages on CPU (gloo) or GPUs (CUDA events, NCCL)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for each torchrun, > 0 (default 600)")
     parser.add_argument("--json", action="store_true", help="print the answer as one JSON object")
 
@@ -107,16 +109,17 @@ def run(args: argparse.Namespace) -> int:
     p = plan(model, inputs, k=args.stages, microbatches=args.microbatches, schedule=args.schedule,
              training=not args.inference, memory=args.memory, optimizer=args.optimizer, method=args.method,
              granularity=args.granularity, time_limit=args.time_limit, seed=args.seed, repeats=args.repeats,
-             model_spec=args.model)
+             model_spec=args.model, device=args.device)
     paths = p.write(args.out)
     answer: dict[str, Any] = {"command": command_line(args), **p.to_json(),
                               "files": {k: str(v) for k, v in paths.items()},
                               "torchrun": f"torchrun --nproc-per-node {p.num_stages} {paths['script']}"}
     if args.run:
         answer["run"] = launch(paths["plan"], nodes=args.nodes, steps=args.steps, check=args.check,
-                               timeout=args.timeout)
+                               timeout=args.timeout, device=args.device)
     if args.calibrate:
-        answer["calibration"] = calibrate(p, args.out, steps=args.steps, nodes=args.nodes, timeout=args.timeout)
+        answer["calibration"] = calibrate(p, args.out, steps=args.steps, nodes=args.nodes, timeout=args.timeout,
+                                          device=args.device)
     if args.json:
         print_json(answer)
         return 0

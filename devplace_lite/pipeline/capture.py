@@ -500,6 +500,7 @@ class SegmentTimes:
     repeats: int
     threads: int = 1
     input_bytes: list[int] = field(default_factory=list)
+    device: str = "cpu"
 
 
 def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
@@ -563,13 +564,13 @@ def _segment_calls(cap: Capture) -> list[tuple[int, list[tuple]]]:
     return calls
 
 
-def _run_in_order(cap: Capture):
+def _run_in_order(cap: Capture, example: tuple):
     """Yield ``(i, module, input values, sources)`` for each segment in order, with real values
-    produced by running the segments once (no grad)."""
+    produced by running the segments once (no grad) on ``example``."""
     outs: dict[int, Any] = {}
     with torch.no_grad():
         if cap.wiring is None:
-            cur: Any = cap.example
+            cur: Any = example
             for i, m in enumerate(cap.modules):
                 args = list(cur)
                 src = [("input", k) for k in range(len(args))] if i == 0 else \
@@ -582,7 +583,7 @@ def _run_in_order(cap: Capture):
             args = []
             for s in src:
                 if s[0] == "input":
-                    args.append(cap.example[s[1]])
+                    args.append(example[s[1]])
                 else:
                     v = outs[s[1]]
                     args.append(v if s[2] is None else v[s[2]])
@@ -596,18 +597,40 @@ def _cpu_ms(fn) -> float:
     return (time.thread_time() - c0) * 1e3
 
 
+def _cuda_ms(fn) -> float:
+    """GPU time of ``fn``'s kernels between two CUDA events (never run here: no GPU)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end))
+
+
 def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
-                     threads: int = 1) -> SegmentTimes:
-    """Time every segment of ``cap`` on its example micro-batch (see the module docstring)."""
+                     threads: int = 1, device: str = "cpu") -> SegmentTimes:
+    """Time every segment of ``cap`` on its example micro-batch (see the module docstring).
+
+    ``device="cuda"`` moves the segments to the current GPU and times them with CUDA events
+    (the one-GPU measurement of a k-GPU pipeline; written to the same path, not run here)."""
     if repeats < 1 or warmup < 0:
         raise UsageError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("device cuda: torch sees no GPU on this machine (use cpu)")
+    clock = _cpu_ms if device == "cpu" else _cuda_ms
+    example = tuple(t.to(device) for t in cap.example)
+    if device != "cpu":
+        cap.modules = [m.to(device) for m in cap.modules]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     n = cap.num_segments
     fwd, bwd, acts = [0.0] * n, [0.0] * n, [0] * n
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
     try:
-        for i, m, args, src in _run_in_order(cap):
+        for i, m, args, src in _run_in_order(cap, example):
             ps = list(m.parameters())
             params[i] = (sum(p.numel() * p.element_size() for p in ps)
                          + sum(b.numel() * b.element_size() for b in m.buffers()))
@@ -627,14 +650,14 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                             out.append(m(*xs))
                         acts[i] = int(meter.total if training else _bytes(out[0]))
                     else:
-                        t = _cpu_ms(lambda: out.append(m(*xs)))
+                        t = clock(lambda: out.append(m(*xs)))
                 if r >= warmup:
                     f_ms.append(t)
                 if training:
                     ys = [y for y in tree_flatten(out[0])[0] if isinstance(y, torch.Tensor) and y.requires_grad]
                     if ys:
                         seeds = [torch.ones_like(y) for y in ys]
-                        t = _cpu_ms(lambda: torch.autograd.backward(ys, seeds))
+                        t = clock(lambda: torch.autograd.backward(ys, seeds))
                         if r >= warmup:
                             b_ms.append(t)
                     for p in ps:
@@ -645,7 +668,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
         torch.set_num_threads(before)
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
-                        input_bytes=[_bytes(x) for x in cap.example])
+                        input_bytes=[_bytes(x) for x in cap.example], device=device)
 
 
 def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES_PER_S,
@@ -697,9 +720,10 @@ def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES
         "generator": "devplace_lite.pipeline.capture", "model": name or type(cap.model).__name__,
         "capture": cap.how, "notes": list(cap.notes), "granularity": cap.granularity, "training": times.training,
         "batch": int(cap.example[0].shape[0]) if cap.example[0].dim() else 1,
-        "inputs": [list(t.shape) for t in cap.example], "times": "measured", "clock": "thread CPU time",
+        "inputs": [list(t.shape) for t in cap.example], "times": "measured",
+        "clock": "thread CPU time" if times.device == "cpu" else "CUDA events",
         "threads": times.threads, "repeats": times.repeats, "torch": torch.__version__,
-        "spec": {"name": "cpu-measured", "link": link},
+        "spec": {"name": f"{times.device}-measured", "link": link},
         "segments": {"names": list(cap.names), "param_bytes": times.param_bytes, "grad_bytes": times.grad_bytes,
                      "activation_bytes": times.activation_bytes, "forward_ms": times.forward_ms,
                      "backward_ms": times.backward_ms, "input_bytes": times.input_bytes},

@@ -331,7 +331,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
 def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int = 4, schedule: str = "1f1b",
          training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
          granularity: str = "block", time_limit: float = 10.0, seed: int = 0, repeats: int = 5, warmup: int = 1,
-         model_spec: str | None = None) -> PipelinePlan:
+         model_spec: str | None = None, device: str = "cpu") -> PipelinePlan:
     """Profile ``model`` on one micro-batch of ``example_inputs`` (the whole batch, cut into
     ``microbatches`` along dim 0) and plan its pipeline over at most ``k`` stages.
 
@@ -351,6 +351,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         Optimizer state counted in memory (per parameter byte: 0, 1, 2).
     method : str
         ``"auto"`` (the exact DP when the ideals fit) or a name of `devplace_lite.methods.PARTITION`.
+    device : ``"cpu"`` or ``"cuda"``
+        Where the segments are timed: one CPU thread (CPU time), or the GPU (CUDA events).
 
     Returns
     -------
@@ -384,7 +386,7 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     t0 = time.perf_counter()
     cap = capture_model(model, micro, granularity)
     t1 = time.perf_counter()
-    times = measure_segments(cap, training=training, repeats=repeats, warmup=warmup)
+    times = measure_segments(cap, training=training, repeats=repeats, warmup=warmup, device=device)
     graph = segment_graph(cap, times, name=model_spec or type(model).__name__)
     t2 = time.perf_counter()
     p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,
@@ -462,7 +464,7 @@ def _errors(predicted: Sequence[float], measured: Sequence[float]) -> list[float
 
 
 def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int = 1, timeout: float = 600.0,
-              first: dict[str, Any] | None = None) -> dict[str, Any]:
+              first: dict[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
     """Run ``p`` under torchrun, fit one scale factor for forward and one for backward times to
     the measured stage CPU times, re-plan with the scaled profile, run that plan and report the
     per-stage error of the compute forecast before (first plan, first run) and after
@@ -472,14 +474,15 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
     from .torchrun import launch
 
     if first is None:
-        first = launch(p.write(Path(folder) / "uncalibrated")["plan"], nodes=nodes, steps=steps, timeout=timeout)
+        first = launch(p.write(Path(folder) / "uncalibrated")["plan"], nodes=nodes, steps=steps, timeout=timeout,
+                       device=device)
     a_f = _fit(p.forward_ms, first["stage_forward_cpu_ms"])
     a_b = _fit(p.backward_ms, first["stage_backward_cpu_ms"]) if p.training else 1.0
     q = plan_graph(scaled_graph(p.graph, a_f, a_b), k=p.cluster.accelerators, microbatches=p.microbatches,
                    schedule=p.schedule, batch=p.batch, memory=p.memory, optimizer=p.optimizer, method=p.method,
                    time_limit=max(1.0, p.seconds.get("bound", 1.0) + 1.0), seed=p.seed)
     q.model_spec, q.capture = p.model_spec, p.capture
-    second = launch(q.write(folder)["plan"], nodes=nodes, steps=steps, timeout=timeout)
+    second = launch(q.write(folder)["plan"], nodes=nodes, steps=steps, timeout=timeout, device=device)
     before = _errors(p.compute_ms, first["stage_cpu_ms"])
     after = _errors(q.compute_ms, second["stage_cpu_ms"])
     return {"forward_scale": a_f, "backward_scale": a_b, "clock": "thread CPU time per micro-batch",

@@ -114,16 +114,22 @@ def _contiguous(values: Any) -> Any:
     return tuple(v.contiguous() if isinstance(v, torch.Tensor) else v for v in values)
 
 
-def _instrument(stage: Any, record: list) -> None:
-    """Record ``(kind, start, end, cpu ms)`` of every forward and backward chunk the stage runs,
-    and hand on contiguous tensors: gloo sends contiguous memory only, while a stage's outputs
-    and its inputs' gradients may come out of the model or autograd with any strides."""
+def _instrument(stage: Any, record: list, cuda: bool = False) -> None:
+    """Record ``(kind, start, end, ms)`` of every forward and backward chunk the stage runs (ms:
+    the thread's CPU time on CPU; on a GPU the wall time up to a device synchronise), and hand
+    on contiguous tensors: gloo sends contiguous memory only, while a stage's outputs and its
+    inputs' gradients may come out of the model or autograd with any strides."""
+    import torch
+
     for kind, name in (("F", "forward_one_chunk"), ("B", "backward_one_chunk")):
         inner = getattr(stage, name)
 
         def timed(chunk: int, *args: Any, _inner=inner, _kind=kind, **kwargs: Any) -> Any:
             c0, t0 = time.thread_time(), time.perf_counter()
             out = _inner(chunk, *args, **kwargs)
+            if cuda:
+                torch.cuda.synchronize()
+                c0 = time.thread_time() - (time.perf_counter() - t0)  # report the wall time
             if _kind == "F" and chunk in stage.fwd_cache:
                 outputs, rest = stage.fwd_cache[chunk]
                 stage.fwd_cache[chunk] = (_contiguous(outputs), rest)
@@ -193,7 +199,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
                 raise GraphError(f"the split points give {pipe.num_stages} stages, not {world}")
             stage, order = pipe.build_stage(rank, device), first_stage_inputs(pipe)
         record: list = []
-        _instrument(stage, record)
+        _instrument(stage, record, cuda)
         target = None
         if training:
             with torch.no_grad():
