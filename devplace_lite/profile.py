@@ -44,8 +44,9 @@ How
      ``repeats`` timed runs, median; backward nodes time the node's local backward. CPU runs
      use ``time.perf_counter``; CUDA runs use CUDA events and ``torch.cuda.synchronize``.
      ``p_cpu`` is always measured on one CPU thread; ``p_acc`` on the GPU, or for
-     ``cpu-measured`` on ``threads`` CPU threads (default all: the whole processor plays the
-     accelerator). Profiling works on copies: the caller's model is not modified.
+     ``cpu-measured`` on ``threads`` CPU threads (default 1: one pipeline stage per core, and
+     a figure a shared machine's other work disturbs least; ``graph.meta["threads"]`` records
+     it). Profiling works on copies: the caller's model is not modified.
 
 Memory of a forward node is the bytes of the parameters and buffers it uses (each tensor
 counted once, at its first user, so tied weights are not counted twice) plus its output
@@ -349,7 +350,9 @@ class _Counter(ShapeProp):
         with torch.set_grad_enabled(self.training), self._log:
             result = super().run_node(n)
         cost.forward = self._log.kernels
-        outs = [t for t in _tensors(result) if t.requires_grad]
+        # inference counts no backward, even where a parameter used outside a module call
+        # (ViT's class token) hands requires_grad on
+        outs = [t for t in _tensors(result) if t.requires_grad] if self.training else []
         if outs:
             if self._rnn is not None:
                 cost.forward, cost.backward = self._rnn
@@ -552,14 +555,19 @@ class _Timer(fx.Interpreter):
             return t
 
         args, kwargs = tree_map(fresh, (args, kwargs))
+        # every run gets its own copies of the inputs, made before the clock starts: an in-place
+        # operator (ReLU(inplace=True)) must not write twice into a tensor autograd saved
+        copies = iter([tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) and t.requires_grad else t,
+                                (args, kwargs)) for _ in range(self.repeats + self.warmup + 1)])
 
         def call():
-            return getattr(self, n.op)(n.target, args, kwargs)
+            a, k = next(copies)
+            return getattr(self, n.op)(n.target, a, k)
 
         with torch.set_grad_enabled(self.training):
             self.forward_ms[n.name] = self.clock(call, self.repeats, self.warmup)
             result = call()
-        outs = [t for t in _tensors(result) if t.requires_grad]
+        outs = [t for t in _tensors(result) if t.requires_grad] if self.training else []
         if outs:
             params = list(self.module.get_submodule(n.target).parameters()) if n.op == "call_module" else []
             wrt = leaves + [p for p in params if p.requires_grad]
@@ -672,8 +680,8 @@ def profile(model: nn.Module, example_input: Any, *, granularity: str = "layer",
     leaf_modules : sequence of module classes
         Extra classes to keep whole (one node) at both granularities.
     threads : int, optional
-        ``cpu-measured`` only: CPU threads of the pass that gives ``p_acc`` (default
-        ``torch.get_num_threads()``); with 1, ``p_acc`` equals the one-thread ``p_cpu``.
+        ``cpu-measured`` only: CPU threads of the pass that gives ``p_acc`` (default 1, recorded
+        in ``graph.meta["threads"]``); with 1, ``p_acc`` equals the one-thread ``p_cpu``.
 
     Returns
     -------
@@ -732,7 +740,7 @@ def profile(model: nn.Module, example_input: Any, *, granularity: str = "layer",
     if acc is None:
         timed = {n.name for n in st.kept if n.op != "placeholder"}
         info = _measure(model, gm, inputs, timed, training, "cuda" if spec == "cuda-measured" else "cpu",
-                        repeats, warmup, progress, label, int(threads or torch.get_num_threads()))
+                        repeats, warmup, progress, label, int(threads or 1))
         link = info["link"]
     else:
         link = acc.link
@@ -803,6 +811,8 @@ def profile(model: nn.Module, example_input: Any, *, granularity: str = "layer",
         meta["torch"] = torch.__version__
         meta["repeats"] = repeats
         meta["warmup"] = warmup
+        if spec == "cpu-measured":
+            meta["threads"] = int(threads or 1)
         if "memory" in info:
             defaults["memory"] = info["memory"]
     kind = "training" if training else "inference"

@@ -279,3 +279,28 @@ def test_data_graphs_are_exactly_what_data_build_writes(tmp_path):
     assert not mismatch and not errors, f"regenerate with `make data`: {mismatch + errors}"
     readme = (DATA_DIR.parent / "README.md").read_text()
     assert all(name in readme for name in names)
+
+
+def test_cpu_measured_defaults_to_one_thread_and_says_so(capsys):
+    net = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    g = profile(net, torch.randn(4, 16), spec="cpu-measured", repeats=1, warmup=0, progress=False)
+    assert g.meta["threads"] == 1 and "(1 thread)" in g.meta["device"]
+    with pytest.raises(SystemExit):
+        main(["profile", "--help"])
+    assert "default 1" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("name, training", [("resnet18", True), ("mobilenet_v3_small", True), ("vit", False)])
+def test_measured_profiles_of_real_models(name, training):
+    """In-place ReLU/Hardswish (torchvision) in training, and ViT's class token (a parameter
+    used outside a module call) in inference: both used to fail."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.skip("torchvision is not installed (the models extra)")
+    from devplace_lite.zoo import external
+
+    model, x = external.get(name)(batch=2)
+    g = profile(model, x, spec="cpu-measured", training=training, repeats=1, warmup=0, progress=False)
+    work = [i for i, v in enumerate(g.nodes) if not v.name.startswith("input")]
+    assert g.is_training == training and (g.p_acc[work] >= 0).all() and g.p_acc.sum() > 0

@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(action, help=help_)
         p.add_argument("--model", required=True,
                        help="a zoo model name (resnet50, inception, bert, gnmt, gpt) or module:function "
-                            "returning (model, example inputs of the whole batch)")
+                            "returning (model, example inputs of the whole batch); the function is "
+                            "called with batch= and seed= when it takes them")
         p.add_argument("--size", default="tiny", help="zoo configuration: tiny (default) or full")
         how = p.add_mutually_exclusive_group(required=True)
         how.add_argument("--method", help="a partitioning method (see devplace partition)")
@@ -67,24 +68,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--timeout", type=options.SECONDS, default=300.0, help="seconds before a stuck stage fails")
 
 
-def _load_model(spec: str, size: str, batch: int, seed: int):
-    """(model, inputs of the whole batch) from a zoo name or ``module:function``."""
-    if ":" in spec:
-        import importlib
-
-        mod, _, fn = spec.partition(":")
-        try:
-            factory = getattr(importlib.import_module(mod), fn)
-        except (ImportError, AttributeError) as e:
-            raise GraphError(f"--model {spec}: cannot load ({e})") from None
-        model, inputs = factory()
-        return model, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    from ..zoo import get
-
-    z = get(spec)
-    return z.build(size, seed=seed), z.example_input(size, batch=batch, seed=seed)
-
-
 def _plan(args: argparse.Namespace, model, micro: tuple, threads: int | None):
     from ..devices import Cluster
     from ..io import load_graph, load_placement
@@ -104,7 +87,7 @@ def _plan(args: argparse.Namespace, model, micro: tuple, threads: int | None):
 
         with torch_threads(threads):
             graph = profile(model, micro, granularity=args.granularity, spec=spec, training=args.training,
-                            repeats=args.repeats, progress=False)
+                            repeats=args.repeats, progress=False, threads=threads)
     cluster = Cluster.for_graph(graph, accelerators=args.stages, cpus=0, memory=args.memory)
     plan = build_plan(model, micro, graph, cluster, load_placement(args.placement, graph, cluster),
                       granularity=args.granularity, method="placement")
@@ -168,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
 
     from ..pipeline import check_forecast, device_name, measure_stages, run_pipeline
 
-    model, inputs = _load_model(args.model, args.size, batch, args.seed)
+    from ..zoo import load
+
+    model, inputs = load(args.model, size=args.size, batch=batch, seed=args.seed)
     if int(inputs[0].shape[0]) % args.microbatches:
         raise GraphError(f"batch of {int(inputs[0].shape[0])} does not split into {args.microbatches} micro-batches")
     mb = int(inputs[0].shape[0]) // args.microbatches

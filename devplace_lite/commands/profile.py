@@ -13,7 +13,7 @@ import sys
 
 from .. import options
 from ..devices import SPECS
-from ..graph import GraphError
+from ..errors import GraphError
 from ..zoo import MODELS, SIZES
 from . import print_json
 
@@ -33,7 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="graph file to write (native JSON, written atomically)")
     parser.add_argument("--repeats", type=options.POSITIVE, default=20, help="timed runs per node, measured specs (default 20)")
     parser.add_argument("--warmup", type=options.NON_NEGATIVE, default=3, help="untimed runs per node first (default 3)")
-    parser.add_argument("--threads", type=options.WORKERS, help="cpu-measured: CPU threads for p_acc (default: all)")
+    parser.add_argument("--threads", type=options.WORKERS, default=1,
+                        help="cpu-measured: CPU threads for p_acc (default 1: one thread, as one pipeline stage per "
+                             "core gets; recorded in the graph's meta as 'threads')")
     parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the weights and the example input")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
@@ -47,7 +49,7 @@ def command_line(args: argparse.Namespace) -> str:
         words.append("--training")
     if args.spec in ("cpu-measured", "cuda-measured"):
         words += ["--repeats", str(args.repeats), "--warmup", str(args.warmup)]
-        if args.threads is not None:
+        if args.spec == "cpu-measured":
             words += ["--threads", str(args.threads)]
     return " ".join(words)
 
@@ -55,8 +57,6 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.model not in MODELS:
         raise GraphError(f"unknown zoo model {args.model!r}; known: {', '.join(sorted(MODELS))}")
-    if args.batch < 1:
-        raise GraphError(f"--batch must be at least 1, got {args.batch}")
     from ..io import save_graph
     from ..profile import MEASURED, profile
 

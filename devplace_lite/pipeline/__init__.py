@@ -2,6 +2,11 @@
 
 The route from a placement to measured figures, one module per step:
 
+* `capture` — any model (torch.export, else torch.fx with automatic leaf modules) cut into
+  segments at the modules where a stage may begin, each measured in CPU time;
+* `planner` — ``devplace plan``: the exact split among split points, its proven bound, stage
+  memory under the schedule, ``plan.json`` and a torchrun script; calibration;
+* `torchrun` — run a plan under ``torchrun`` (one process per stage, one or several nodes);
 * `split` — cut the model's torch.fx graph into stage modules (skip activations carried
   through the stages in between);
 * `plan` — from a placement of the profiled graph (`devplace_lite.profile`) to the stages, in
@@ -30,6 +35,8 @@ _WHERE = {
     "StageTimes": "measure", "measure_stages": "measure",
     "MethodComparison": "compare", "compare_methods": "compare",
     "available_devices": "resources", "check_resources": "resources", "device_name": "resources",
+    "Capture": "capture", "capture": "capture", "measure_segments": "capture", "segment_graph": "capture",
+    "PipelinePlan": "planner", "plan_graph": "planner", "calibrate": "planner", "launch": "torchrun",
 }
 
 __all__ = sorted(_WHERE)

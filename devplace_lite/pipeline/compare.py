@@ -101,7 +101,7 @@ def compare_methods(model: nn.Module, inputs: Sequence[Any], methods: Sequence[s
 
         with torch_threads(threads):
             graph = profile(model, micro, granularity=granularity, spec=spec, training=training,
-                            repeats=repeats, progress=False)
+                            repeats=repeats, progress=False, threads=threads)
     plans = {m: plan_model(model, micro, method=m, k=k, granularity=granularity, graph=graph,
                            time_limit=time_limit) for m in methods}
     if training and loss_fn is None:

@@ -36,11 +36,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import methods
 from ..cost import Placement, as_assignment, chain_order, device_loads, split_kind
 from ..devices import Cluster
 from ..graph import Graph, GraphError
 from ..schedule import gpipe_formula
+from .planner import partition
 from .split import Split, split_module
 
 
@@ -215,10 +215,10 @@ def plan_model(model: nn.Module, example_inputs: Sequence[Any], *, method: str =
 
         with torch_threads(threads):
             graph = profile(model, tuple(example_inputs), granularity=granularity, spec=spec, training=training,
-                            repeats=repeats, warmup=warmup, progress=False, leaf_modules=leaf_modules)
+                            repeats=repeats, warmup=warmup, progress=False, leaf_modules=leaf_modules,
+                            threads=threads)
     cluster = Cluster.for_graph(graph, accelerators=k, cpus=0, memory=memory)
-    fn = methods.resolve(methods.PARTITION, method)
-    res = fn(graph, cluster, time_limit=time_limit, seed=seed)
+    res = partition(graph, cluster, method, time_limit=time_limit, seed=seed)
     if res.assignment is None or res.status == "infeasible":
         why = res.extra.get("violations") or ["no feasible split"]
         raise GraphError(f"method {method} with k={k}: {why[0]}")

@@ -13,6 +13,7 @@ True
 from __future__ import annotations
 
 import os
+import socket
 from typing import Sequence
 
 from ..graph import GraphError
@@ -60,3 +61,10 @@ def check_resources(num_stages: int, device: str = "cpu", stage_bytes: Sequence[
         for s, b in enumerate(stage_bytes):
             if b > memory:
                 raise GraphError(f"stage {s} needs {b:.0f} bytes, over the memory cap of {memory:.0f} bytes per device")
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for a rendezvous of this machine's processes)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -60,7 +59,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from ..graph import GraphError
 from ..schedule import bubble_fraction, gpipe_formula
-from .resources import available_devices, check_resources, device_name
+from .resources import available_devices, check_resources, device_name, free_port
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -251,11 +250,6 @@ def _worker(rank: int, job: dict) -> None:
     finally:
         dist.destroy_process_group()
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PerStage:
@@ -491,7 +485,7 @@ def _launch(tasks: list[dict], p: int, device: str, timeout: float) -> list[Pipe
             torch.save({"inputs": task["inputs"], "target": task["target"], "shapes": shapes},
                        Path(folder) / f"task{t}_inputs.pt")
         keep = ("schedule", "microbatches", "loss_fn", "steps", "warmup", "return_outputs", "return_grads")
-        job = dict(port=_free_port(), world=p, folder=folder, device=device, backend=backend,
+        job = dict(port=free_port(), world=p, folder=folder, device=device, backend=backend,
                    threads=max(1, available_devices("cpu") // p), timeout=float(timeout),
                    tasks=[{k: task[k] for k in keep} for task in tasks])
         try:

@@ -102,3 +102,59 @@ def get(name: str) -> ZooModel:
     if name not in MODELS:
         raise GraphError(f"unknown zoo model {name!r}; known: {', '.join(sorted(MODELS))}")
     return MODELS[name]
+
+
+def load(spec: str, *, size: str = "tiny", batch: int = 4, seed: int = 0) -> tuple[Any, tuple]:
+    """``(model, example inputs of the whole batch)`` from a model spec.
+
+    ``spec`` is a zoo name (``gpt``: built at ``size`` with ``batch`` samples) or
+    ``module:function``: the module is imported (nothing else is) and the function called,
+    with ``batch=`` and ``seed=`` when it takes them; it must return an ``nn.Module`` and a
+    tensor or a tuple of tensors. Anything else is a `UsageError` in one line.
+
+    Examples
+    --------
+    >>> load("os:getcwd")
+    Traceback (most recent call last):
+    ...
+    devplace_lite.errors.UsageError: model spec os:getcwd: os.getcwd() returned str, not (model, example inputs): the function must return an nn.Module and a tensor or a tuple of tensors
+    """
+    from ..errors import UsageError
+
+    if ":" not in spec:
+        if spec not in MODELS:
+            raise UsageError(f"unknown model {spec!r}: give a zoo name ({', '.join(sorted(MODELS))}) or "
+                             "module:function returning (model, example inputs)")
+        z = MODELS[spec]
+        return z.build(size, seed=seed), z.example_input(size, batch=batch, seed=seed)
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise UsageError(f"model spec {spec}: expected module:function")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any failure to import the user's module is one line
+        raise UsageError(f"model spec {spec}: cannot import {module} ({type(e).__name__}: {e})".splitlines()[0]) from None
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise UsageError(f"model spec {spec}: {module} has no function {name}")
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    kwargs = {k: v for k, v in (("batch", batch), ("seed", seed)) if k in params}
+    try:
+        got = fn(**kwargs)
+    except Exception as e:  # noqa: BLE001 - the user's function failed: its message, one line
+        raise UsageError(f"model spec {spec}: {module}.{name}() failed ({type(e).__name__}: {e})".splitlines()[0]) from None
+    import torch
+
+    ok = isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[0], torch.nn.Module)
+    inputs = got[1] if ok else None
+    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else inputs
+    if not ok or not isinstance(inputs, (tuple, list)) or not inputs or \
+            not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise UsageError(f"model spec {spec}: {module}.{name}() returned {type(got).__name__}, not (model, example "
+                         "inputs): the function must return an nn.Module and a tensor or a tuple of tensors")
+    return got[0], tuple(inputs)

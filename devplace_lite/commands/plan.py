@@ -1,0 +1,150 @@
+"""``devplace plan MODEL -k K``: from a PyTorch model to a certified pipeline plan and a torchrun script.
+
+::
+
+    devplace plan MODEL -k K [--schedule 1f1b|gpipe] [--microbatches M] [--batch B] [--memory BYTES]
+                  [--optimizer none|sgd|adam] [--inference] [--granularity block|layer] [--method auto|M]
+                  [--time-limit S] [--out DIR] [--run [--nodes N] [--check]] [--calibrate] [--json]
+
+MODEL is a zoo name or ``module:function`` returning ``(model, example inputs of the whole
+batch)`` (called with ``batch=`` and ``seed=`` when it takes them), e.g.
+``devplace_lite.zoo.external:gpt2``. The command captures the model (torch.export, else
+torch.fx), measures its segments on one micro-batch (thread CPU time, one thread), splits them
+with the exact DP (or a heuristic past its size), proves a lower bound and states the gap,
+computes every stage's peak memory under the schedule (refusing a plan over ``--memory``), and
+writes ``DIR/plan.json``, ``DIR/graph.json`` and ``DIR/run_pipeline.py`` (split points as
+``SplitPoint.BEGINNING``; run it with ``torchrun --nproc-per-node P DIR/run_pipeline.py``).
+
+``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
+on loopback) and reports the measured stage CPU times next to the forecast; ``--check``
+compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, fits
+one scale factor for forward and one for backward times from the measured stages, re-plans
+with them, runs again and reports the per-stage forecast error before and after.
+
+Errors (one line, exit status 2): a spec that gives no model and example inputs, numbers out
+of range, a model neither torch.export nor torch.fx captures (naming module and line), no plan
+within the memory. torch is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any
+
+from .. import options
+from ..errors import UsageError
+from . import print_json
+
+HELP = "plan a model's pipeline (profile, exact split, bound, memory) and write a torchrun script"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="zoo name or module:function returning (model, example inputs of the batch)")
+    parser.add_argument("-k", "--stages", type=options.WORKERS, required=True, help="devices (pipeline stages at most), >= 1")
+    parser.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="pipeline schedule (default 1f1b)")
+    parser.add_argument("--microbatches", type=options.SIZE, default=4, help="micro-batches per step, >= 1 (default 4)")
+    parser.add_argument("--batch", type=options.SIZE, help="samples per step, a multiple of --microbatches "
+                                                  "(default: 2 per micro-batch; module:function without batch= keeps its own)")
+    parser.add_argument("--size", choices=["tiny", "full"], default="tiny", help="zoo configuration (default tiny)")
+    parser.add_argument("--memory", type=options.MEMORY, help="bytes per device, > 0; a plan whose stage exceeds it is refused")
+    parser.add_argument("--optimizer", choices=["none", "sgd", "adam"], default="none",
+                        help="optimizer state counted in stage memory (default none)")
+    parser.add_argument("--inference", action="store_true", help="plan inference (forward only) instead of training")
+    parser.add_argument("--granularity", choices=["block", "layer"], default="block",
+                        help="candidate split points: blocks of containers (default) or every module called once")
+    parser.add_argument("--method", default="auto", help="auto (exact DP when it fits) or a partition method name")
+    parser.add_argument("--time-limit", type=options.SECONDS, default=10.0, help="seconds for the method and the bound, > 0 (default 10)")
+    parser.add_argument("--repeats", type=options.POSITIVE, default=5, help="timed runs per segment, >= 1 (default 5)")
+    parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the model's weights and inputs")
+    parser.add_argument("--out", default="devplace-plan", help="folder for plan.json, graph.json, run_pipeline.py")
+    parser.add_argument("--run", action="store_true", help="run the plan under torchrun here after planning")
+    parser.add_argument("--nodes", type=options.WORKERS, default=1, help="torchrun nodes on loopback for --run, >= 1 (default 1)")
+    parser.add_argument("--check", action="store_true", help="with --run: compare outputs and gradients with the model")
+    parser.add_argument("--steps", type=options.POSITIVE, default=3, help="measured steps of --run / --calibrate, >= 1 (default 3)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="run, fit forward/backward scale factors, re-plan, run again; report the error before and after")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="time segments and run stages on CPU (gloo) or GPUs (CUDA events, NCCL)")
+    parser.add_argument("--timeout", type=options.SECONDS, default=600.0, help="seconds for each torchrun, > 0 (default 600)")
+    parser.add_argument("--json", action="store_true", help="print the answer as one JSON object")
+
+
+def _validate(args: argparse.Namespace) -> None:
+    """What the option types cannot see alone: combinations."""
+    if args.batch is not None and args.batch % args.microbatches:
+        raise UsageError(f"--batch {args.batch} is not a multiple of --microbatches {args.microbatches}")
+    if (args.check or args.nodes > 1) and not (args.run or args.calibrate):
+        raise UsageError("--check and --nodes need --run (or --calibrate)")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    words = ["devplace", "plan", args.model, "-k", str(args.stages), "--schedule", args.schedule,
+             "--microbatches", str(args.microbatches)]
+    for flag, value in (("--batch", args.batch), ("--memory", args.memory), ("--method", args.method)):
+        if value is not None:
+            words += [flag, str(value)]
+    words += ["--optimizer", args.optimizer, "--granularity", args.granularity, "--seed", str(args.seed)]
+    words += [f for f, on in (("--inference", args.inference), ("--run", args.run), ("--check", args.check),
+                              ("--calibrate", args.calibrate)) if on]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def run(args: argparse.Namespace) -> int:
+    _validate(args)
+    from ..pipeline.planner import calibrate, plan
+    from ..pipeline.torchrun import launch
+    from ..zoo import load
+
+    batch = args.batch or 2 * args.microbatches
+    model, inputs = load(args.model, size=args.size, batch=batch, seed=args.seed)
+    p = plan(model, inputs, k=args.stages, microbatches=args.microbatches, schedule=args.schedule,
+             training=not args.inference, memory=args.memory, optimizer=args.optimizer, method=args.method,
+             granularity=args.granularity, time_limit=args.time_limit, seed=args.seed, repeats=args.repeats,
+             model_spec=args.model, device=args.device)
+    paths = p.write(args.out)
+    answer: dict[str, Any] = {"command": command_line(args), **p.to_json(),
+                              "files": {k: str(v) for k, v in paths.items()},
+                              "torchrun": f"torchrun --nproc-per-node {p.num_stages} {paths['script']}"}
+    if args.run:
+        answer["run"] = launch(paths["plan"], nodes=args.nodes, steps=args.steps, check=args.check,
+                               timeout=args.timeout, device=args.device)
+    if args.calibrate:
+        answer["calibration"] = calibrate(p, args.out, steps=args.steps, nodes=args.nodes, timeout=args.timeout,
+                                          device=args.device)
+    if args.json:
+        print_json(answer)
+        return 0
+    _print(answer)
+    return 0
+
+
+def _print(a: dict[str, Any]) -> None:
+    gap = "unknown" if a["gap"] is None else f"{100 * a['gap']:.1f} %"
+    print(f"{a['model']}: {a['segments']} segments ({a['capture']}), {a['stages']} stage(s) of k={a['k']} by "
+          f"{a['method']} ({a['status']}), {a['schedule']} with {a['microbatches']} micro-batches of {a['microbatch']}")
+    for note in a["notes"]:
+        print(f"  note: {note}")
+    print(f"bottleneck {a['objective_ms']:.3f} ms per micro-batch, proven bound {a['bound_ms']:.3f} ms, gap {gap}")
+    fc = a["forecast"]
+    for s, (segs, mem) in enumerate(zip(a["stage_segments"], a["stage_memory"])):
+        begin = a["segment_names"][segs[0]]
+        print(f"  stage {s}: begins at {begin:40s} {len(segs):3d} segment(s)  load {fc['load_ms'][s]:8.3f} ms  "
+              f"peak memory {mem['peak'] / 2**20:8.2f} MiB ({mem['microbatches_in_flight']} in flight)")
+    for t in a["tied"]:
+        print(f"  tied {t['parameter']}: {t['handling']}")
+    print(f"split points: {a['split_points']}")
+    print(f"wrote {a['files']['plan']}, {a['files']['script']}; run: {a['torchrun']}")
+    if "run" in a:
+        r = a["run"]
+        meas = ", ".join(f"{x:.2f}" for x in r["stage_cpu_ms"])
+        print(f"torchrun ({r['nodes']} node(s), {r['backend']}): stage CPU ms per micro-batch {meas}; "
+              f"step {r['step_ms']:.1f} ms wall")
+        if "check" in r:
+            print(f"check: {r['check']}")
+    if "calibration" in a:
+        c = a["calibration"]
+        print(f"calibration: forward x{c['forward_scale']:.3f}, backward x{c['backward_scale']:.3f}; "
+              f"largest per-stage error {100 * c['max_error_before']:.1f} % before, {100 * c['max_error_after']:.1f} % after")
+    sys.stdout.flush()

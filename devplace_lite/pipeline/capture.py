@@ -1,0 +1,733 @@
+"""Capture any model as pipeline segments between candidate split points, and measure them.
+
+Problem
+-------
+A practitioner's model (torchvision, timm, Hugging Face...) must become a graph the
+partitioners can split, and every split must be something PyTorch can run: a list of module
+FQNs at which `torch.distributed.pipelining` starts a new stage (``SplitPoint.BEGINNING``).
+So the graph's nodes are *segments*: the program between one candidate split point and the
+next. A candidate is a module called exactly once (a module called twice cannot mark one
+place), at ``granularity="block"`` one that a container holds (``layers.3``, ``h.0``,
+``features.2``) or a direct part of the model (single-child wrappers see through); at
+``"layer"`` any such module. Candidates that start at the same operator are one split point,
+named by the outermost.
+
+How
+---
+1. **torch.export first** (what ``torch.distributed.pipelining.pipeline`` uses): the model is
+   exported once by ``pipeline(model, example, split_policy=...)``, whose policy puts a split
+   marker before the first operator of every candidate, read off each node's
+   ``nn_module_stack``, and hands values read further on from segment to segment (`split_policy`
+   says why). The result is PyTorch's own ``Pipe``: one stage module per segment and the
+   wiring between them. A
+   parameter read by two segments (tied embeddings) is *replicated* there, each copy
+   receiving part of the gradient; `Capture.tied` lists them so a run sums those gradients.
+2. **torch.fx as the fallback** when export fails (data-dependent control flow, say): the
+   model is traced with ``torch.fx``; where tracing fails inside a module, that module is kept
+   whole (a leaf) and tracing restarts, up to `MAX_LEAVES` times. Each step is written to
+   `Capture.notes` with the module, the source line and the fallback taken. Segments are then
+   cut by devplace's own splitter (`devplace_lite.pipeline.split`), which carries skip values
+   through the stages in between.
+3. **Measure** (`measure_segments`): run the segments in order on the example micro-batch,
+   each ``repeats`` times after ``warmup``, timing the forward with the CPU time of the
+   calling thread on one torch thread (a shared machine's load does not inflate it: waiting
+   for a core is not CPU time), and in training the segment's own backward, fed with ones,
+   on fresh leaf copies of its inputs (so in-place operators never touch a saved tensor).
+   The least CPU time over the repeats is kept (interference only ever adds). Also recorded:
+   the bytes of the parameters each segment holds, the activations autograd saves for its
+   backward, and the bytes of every value passed between segments.
+4. **Graph** (`segment_graph`): one node per segment (and per model input, a zero-cost source
+   on the first stage), an edge per value passed, backward nodes paired by colour in
+   training. ``comm`` is the bytes a segment sends on, over the link.
+
+Complexity: one export (or trace) and ``(warmup + repeats)`` forward (and backward) passes.
+
+Example
+-------
+>>> import torch
+>>> net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+>>> cap = capture(net, (torch.randn(2, 8),))
+>>> cap.how, cap.names
+('torch.export', ['0', '1', '2'])
+>>> m = measure_segments(cap, repeats=2, warmup=0)
+>>> len(m.forward_ms), m.param_bytes
+(3, [576, 0, 272])
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import linecache
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+from torch import nn
+from torch.utils._pytree import tree_flatten
+
+from ..errors import GraphError, UsageError
+from ..graph import Graph, Node
+
+GRANULARITIES = ("block", "layer")
+#: Modules made leaves, one per failed trace, before the fx fallback gives up.
+MAX_LEAVES = 16
+#: Host link assumed for measured CPU segments (PCIe 3.0 x16, as `devplace_lite.profile`).
+LINK_BYTES_PER_S = 16e9
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+
+# -- candidate split points --------------------------------------------------------------------
+def module_calls(model: nn.Module, inputs: Sequence[Any]) -> tuple[list[str], collections.Counter]:
+    """Module FQNs in the order their ``forward`` starts on ``inputs``, and how often each runs."""
+    order: list[str] = []
+    count: collections.Counter = collections.Counter()
+
+    def hook(name: str):
+        def pre(_module: nn.Module, _args: Any) -> None:
+            order.append(name)
+            count[name] += 1
+        return pre
+
+    handles = [m.register_forward_pre_hook(hook(name)) for name, m in model.named_modules() if name]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return order, count
+
+
+def candidates(model: nn.Module, order: Sequence[str], count: collections.Counter,
+               granularity: str = "block") -> list[str]:
+    """Candidate split points in call order (see the module docstring)."""
+    if granularity not in GRANULARITIES:
+        raise UsageError(f"unknown granularity {granularity!r}; expected one of {', '.join(GRANULARITIES)}")
+    mods = dict(model.named_modules())
+
+    def depth(name: str) -> int:  # ancestors with more than one child: single-child wrappers are transparent
+        parts = name.split(".")
+        return sum(len(list(mods[".".join(parts[:i])].children())) > 1 for i in range(len(parts)))
+
+    out: list[str] = []
+    for name in dict.fromkeys(order):
+        if count[name] != 1:
+            continue
+        parent = mods[name.rpartition(".")[0]]
+        if granularity == "layer" or depth(name) <= 1 or type(parent) in _CONTAINERS:  # not subclasses (MLP blocks)
+            out.append(name)
+    return out
+
+
+def _module_path(node: fx.Node) -> list[str]:
+    """FQNs of the modules a node runs inside (call_module leaves included)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = []
+    for value in stack.values():
+        fqn = value[0] if isinstance(value, tuple) else str(value)
+        path.append(fqn.split("@")[0].replace("L['self'].", "").replace("L__self___", ""))
+    if node.op == "call_module":
+        path.append(str(node.target))
+    return path
+
+
+def _first_nodes(gm: fx.GraphModule, cands: Sequence[str]) -> dict[str, str]:
+    """Candidate FQN -> the name of the first operator node inside it (candidates with no
+    operator of their own are left out; one node keeps its outermost candidate)."""
+    wanted = set(cands)
+    first: dict[str, str] = {}
+    started: set[str] = set()
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method", "call_module"):
+            continue
+        taken = False
+        for fqn in _module_path(n):
+            parts = fqn.split(".")
+            for i in range(1, len(parts) + 1):
+                c = ".".join(parts[:i])
+                if c in wanted and c not in started:
+                    started.add(c)
+                    if not taken:  # an inner candidate starting here is the same split point
+                        first[c] = n.name
+                        taken = True
+    return first
+
+
+# -- the capture -------------------------------------------------------------------------------
+@dataclass
+class Capture:
+    """A model cut into segments at its candidate split points.
+
+    ``names[i]`` is segment ``i``'s split point (the module FQN at which it begins; segment 0
+    begins at the model's start and is named after its first candidate, or ``"(start)"``);
+    ``modules[i]`` runs it. ``wiring`` is an fx graph calling ``submod_<i>`` in order (the
+    export route) or ``None`` (the fx route, whose `split` carries values stage to stage).
+    ``tied``: parameter FQN -> segments holding a copy. ``notes``: what the capture had to do.
+    """
+
+    model: nn.Module
+    example: tuple
+    how: str
+    names: list[str]
+    modules: list[nn.Module]
+    wiring: fx.GraphModule | None
+    granularity: str
+    notes: list[str] = field(default_factory=list)
+    tied: dict[str, list[int]] = field(default_factory=dict)
+    leaf_modules: list[str] = field(default_factory=list)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.modules)
+
+    @property
+    def split_points(self) -> list[str]:
+        """The FQNs that begin segments 1, 2, ... (``SplitPoint.BEGINNING`` each)."""
+        return self.names[1:]
+
+
+def _reason(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0][:200] if lines else type(err).__name__
+
+
+def _user_frame(err: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the error that is neither torch's nor this package's."""
+    torch_dir = os.path.dirname(torch.__file__)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = None
+    e: BaseException | None = err
+    while e is not None:
+        for f in traceback.extract_tb(e.__traceback__):
+            path = os.path.abspath(f.filename)
+            if not path.startswith(torch_dir) and not path.startswith(here) and "<" not in f.filename:
+                found = f
+        e = e.__cause__ or e.__context__
+    return found
+
+
+def _where(frame: traceback.FrameSummary | None) -> str:
+    if frame is None:
+        return ""
+    code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
+    return f"{os.path.basename(frame.filename)}:{frame.lineno} `{code}`"
+
+
+def split_policy(points: Sequence[str], chosen: list[str] | None = None):
+    """A ``split_policy`` for `torch.distributed.pipelining.pipeline` that begins a stage at
+    each module FQN of ``points`` (what ``split_spec={fqn: SplitPoint.BEGINNING}`` does), and
+    rewrites the exported graph so that torch's schedules can run any split at those points:
+    a model input that a later stage reads is copied on the first stage (the schedules feed
+    inputs to the first stage only: a T5 decoder's token ids), values go from each stage to
+    the next only (`_carry`), values that cross are contiguous (`_make_contiguous`), and an
+    in-place operator never writes into a received tensor (`_copy_mutated_input`).
+    ``chosen`` (optional) receives the name of each segment's split point, the first named
+    after the model's first candidate or ``"(start)"``."""
+    from torch.distributed.pipelining._IR import aten_pipe_split_alias
+
+    names = chosen if chosen is not None else []
+
+    def policy(gm: fx.GraphModule) -> fx.GraphModule:
+        first = _first_nodes(gm, points)
+        by_node = {v: k for k, v in first.items()}
+        ops = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+        names.append(by_node.get(ops[0].name, "(start)") if ops else "(start)")
+        marks = []
+        for n in ops[1:]:
+            if n.name in by_node:
+                with gm.graph.inserting_before(n):
+                    marks.append(gm.graph.call_function(aten_pipe_split_alias, ()))
+                names.append(by_node[n.name])
+        if marks:
+            seg = _segment_index(gm)
+            for ph in [n for n in gm.graph.nodes if n.op == "placeholder"]:
+                late = [u for u in ph.users if seg[u] > 0]
+                if late:
+                    copy_ = _copy_before(gm, ph, ops[0])
+                    seg[copy_] = 0
+                    for u in late:
+                        u.replace_input_with(ph, copy_)
+            for n in list(gm.graph.nodes):
+                _carry(gm, n, seg)
+            for n in list(gm.graph.nodes):
+                _make_contiguous(gm, n, seg)
+            for n in list(gm.graph.nodes):
+                _copy_mutated_input(gm, n, seg)
+        gm.recompile()
+        return gm
+
+    return policy
+
+
+def _segment_index(gm: fx.GraphModule) -> dict[fx.Node, int]:
+    """The segment of every node: the number of split markers before it."""
+    from torch.distributed.pipelining._IR import aten_pipe_split_alias
+
+    seg, i = {}, 0
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target == aten_pipe_split_alias:
+            i += 1
+        seg[n] = i
+    return seg
+
+
+def _copy_before(gm: fx.GraphModule, value: fx.Node, where: fx.Node) -> fx.Node:
+    """A clone of ``value`` inserted before ``where``, with the metadata export's tools need."""
+    with gm.graph.inserting_before(where):
+        copy_ = gm.graph.call_function(torch.ops.aten.clone.default, (value,))
+    copy_.meta.update({k: value.meta[k] for k in ("val", "tensor_meta") if k in value.meta})
+    copy_.meta["nn_module_stack"] = dict(where.meta.get("nn_module_stack") or {})
+    return copy_
+
+
+def _make_contiguous(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]) -> None:
+    """A value that crosses to a later segment with strides that are not contiguous gets a
+    contiguous copy in its own segment: the receiving stage allocates its buffer with the
+    traced strides, and gloo sends and receives contiguous memory only."""
+    val = value.meta.get("val")
+    if value.op in ("output", "get_attr") or not isinstance(val, torch.Tensor) or val.is_contiguous():
+        return
+    later = [u for u in value.users if seg[u] > seg[value]]
+    if not later:
+        return
+    with gm.graph.inserting_after(value):
+        copy_ = gm.graph.call_function(torch.ops.aten.clone.default, (value,),
+                                       {"memory_format": torch.contiguous_format})
+    copy_.meta["val"] = val.clone(memory_format=torch.contiguous_format)
+    copy_.meta["nn_module_stack"] = dict(value.meta.get("nn_module_stack") or {})
+    seg[copy_] = seg[value]
+    for u in later:
+        u.replace_input_with(value, copy_)
+
+
+def _copy_mutated_input(gm: fx.GraphModule, node: fx.Node, seg: dict[fx.Node, int]) -> None:
+    """An in-place operator (``ReLU(inplace=True)``) at the start of a segment would write into
+    the tensor the stage received, which autograd forbids (a leaf that requires grad): it
+    writes into a copy instead, and what read the value after it reads the copy."""
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not node.args or not schema.arguments:
+        return
+    alias = schema.arguments[0].alias_info
+    value = node.args[0]
+    if alias is None or not alias.is_write or not isinstance(value, fx.Node) or seg[value] >= seg[node]:
+        return
+    copy_ = _copy_before(gm, value, node)
+    seg[copy_] = seg[node]
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for u in list(value.users):
+        if u is not copy_ and order[u] >= order[node]:
+            u.replace_input_with(value, copy_)
+
+
+def _carry(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]) -> None:
+    """Hand ``value`` on segment by segment: a value read two or more segments later gets a
+    copy at the start of the next segment, which serves the readers after it (and so on).
+    Every stage then talks to its neighbours only, which torch's schedules need: a value that
+    needs a gradient cannot go to two stages ("backward of skip connections"), and 1F1B's
+    paired sends and receives can wait on each other forever across a skip."""
+    if value.op in ("output", "get_attr") or not isinstance(value.meta.get("val"), torch.Tensor):
+        return
+    nxt = seg[value] + 1
+    if max((seg[u] for u in value.users), default=0) <= nxt:
+        return
+    start = next(n for n in gm.graph.nodes if seg.get(n) == nxt and not _is_marker(n))
+    copy_ = _copy_before(gm, value, start)
+    seg[copy_] = nxt
+    for u in [u for u in value.users if seg[u] > nxt]:
+        u.replace_input_with(value, copy_)
+    _carry(gm, copy_, seg)
+
+
+def _is_marker(n: fx.Node) -> bool:
+    from torch.distributed.pipelining._IR import aten_pipe_split_alias
+
+    return n.op == "call_function" and n.target == aten_pipe_split_alias
+
+
+def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str) -> Capture:
+    import logging
+
+    from torch.distributed.pipelining import pipeline
+
+    names: list[str] = []
+    quiet = logging.getLogger("torch.distributed.pipelining")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # it logs every parameter shared by two stages at INFO
+    try:
+        pipe = pipeline(copy.deepcopy(model), example, split_policy=split_policy(cands, names))
+    finally:
+        quiet.setLevel(level)
+    modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
+    if len(modules) != len(names):
+        raise GraphError(f"export produced {len(modules)} segments for {len(names)} split points")
+    return Capture(model=model, example=example, how="torch.export", names=names, modules=modules,
+                   wiring=pipe.split_gm, granularity=granularity, tied=tied_parameters(model, modules))
+
+
+def tied_parameters(model: nn.Module, stages: Sequence[nn.Module]) -> dict[str, list[int]]:
+    """Trainable parameters of ``model`` held by more than one stage: the first of their FQNs
+    -> the stages. Stage modules keep the model's FQNs; a tied weight (one tensor under several
+    names) counts as held wherever any of its names is."""
+    aliases: dict[int, list[str]] = collections.defaultdict(list)
+    for fqn, p in model.named_parameters(remove_duplicate=False):
+        if p.requires_grad:
+            aliases[id(p)].append(fqn)
+    held = [{fqn for fqn, _ in m.named_parameters(remove_duplicate=False)} for m in stages]
+    tied = {}
+    for names in aliases.values():
+        where = [i for i, h in enumerate(held) if h.intersection(names)]
+        if len(where) > 1:
+            tied[names[0]] = where
+    return tied
+
+
+
+class _LeafTracer(fx.Tracer):
+    """fx's tracer that also keeps the named modules whole."""
+
+    def __init__(self, leaves: set[str]) -> None:
+        super().__init__()
+        self.leaves = leaves
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return qualname in self.leaves or super().is_leaf_module(m, qualname)
+
+
+def trace_with_leaves(model: nn.Module, notes: list[str]) -> tuple[fx.GraphModule, list[str]]:
+    """Trace ``model`` with torch.fx, keeping whole each module inside which tracing fails
+    (innermost first), and noting each in ``notes``. `GraphError` when the failure is in the
+    model's own ``forward`` (no module to keep whole) or after `MAX_LEAVES` leaves."""
+    leaves: set[str] = set()
+    for _ in range(MAX_LEAVES + 1):
+        tracer = _LeafTracer(leaves)
+        try:
+            graph = tracer.trace(model)
+            return fx.GraphModule(tracer.root, graph, type(model).__name__), sorted(leaves)
+        except Exception as e:  # noqa: BLE001 - fx raises TraceError, TypeError, RuntimeError...
+            stack = list(tracer.module_stack) if tracer.module_stack else []
+            module = next((s for s in reversed(stack) if s and s not in leaves), "")
+            where = _where(_user_frame(e))
+            if not module:
+                raise GraphError(f"cannot capture {type(model).__name__}: torch.fx fails in the model's own forward "
+                                 f"at {where or 'an unknown line'} ({_reason(e)}); make that code traceable, or "
+                                 "wrap it in a module, which is then kept whole") from None
+            leaves.add(module)
+            notes.append(f"torch.fx: tracing fails inside module {module} at {where or 'an unknown line'} "
+                         f"({_reason(e)}); fallback: kept {module} whole as one leaf")
+    raise GraphError(f"cannot capture {type(model).__name__} with torch.fx: still failing after {MAX_LEAVES} leaf "
+                     "modules")
+
+
+def fx_split(gm: fx.GraphModule, example: tuple, points: Sequence[str], leaves: Sequence[str] = ()):
+    """Cut a torch.fx graph into stages beginning at the module FQNs ``points`` (those inside a
+    leaf cannot begin one) with devplace's splitter: ``(Split, names of the stages' split points)``."""
+    from .split import split_module
+
+    points = [c for c in points if not any(c.startswith(leaf + ".") for leaf in leaves)]
+    by_node = {v: k for k, v in _first_nodes(gm, points).items()}
+    seg, names, stage_of = 0, [], {}
+    ops = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    for j, n in enumerate(ops):
+        if j == 0:
+            names.append(by_node.get(n.name, "(start)"))
+        elif n.name in by_node:
+            seg += 1
+            names.append(by_node[n.name])
+        stage_of[n.name] = seg
+    return split_module(gm, stage_of, example, num_stages=len(names)), names
+
+
+def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str,
+                notes: list[str]) -> Capture:
+    gm, leaves = trace_with_leaves(model, notes)
+    sp, names = fx_split(gm, example, cands, leaves)
+    return Capture(model=model, example=example, how="torch.fx", names=names, modules=list(sp.stages),
+                   wiring=None, granularity=granularity, leaf_modules=leaves)
+
+
+def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block") -> Capture:
+    """Capture ``model`` on the example micro-batch ``example`` (a tuple of tensors).
+
+    Tries torch.export, then torch.fx with automatic leaf modules; the second route's reasons
+    are in ``notes``. Raises `GraphError` (one line naming the module and line) when both fail.
+    """
+    example = tuple(example)
+    if not example or not all(isinstance(t, torch.Tensor) for t in example):
+        raise UsageError("example inputs must be a non-empty tuple of tensors")
+    try:
+        order, count = module_calls(model, example)
+    except Exception as e:  # noqa: BLE001 - the user's model failed on its own input
+        raise GraphError(f"model {type(model).__name__} fails on its example inputs at "
+                         f"{_where(_user_frame(e)) or 'an unknown line'}: {_reason(e)}") from None
+    cands = candidates(model, order, count, granularity)
+    try:
+        return _capture_export(model, example, cands, granularity)
+    except Exception as e:  # noqa: BLE001 - export raises many kinds; we fall back and say why
+        where = _where(_user_frame(e))
+        note = (f"torch.export fails{' at ' + where if where else ''} ({_reason(e.__cause__ or e)}); "
+                "fallback: torch.fx")
+    notes = [note]
+    cap = _capture_fx(model, example, cands, granularity, notes)
+    cap.notes = notes
+    return cap
+
+
+# -- measuring segments ------------------------------------------------------------------------
+@dataclass
+class SegmentTimes:
+    """What measuring the segments gave, per segment (lists in segment order).
+
+    Times are the least CPU time over the repeats, in ms, on one torch thread;
+    ``activation_bytes`` the tensors autograd saves for the segment's backward (training), or
+    its output (inference); ``inputs[i]``: ``(source, position, bytes, float)`` of every value
+    segment ``i`` reads, the source a segment index (and the output's position) or
+    ``"input:<k>"``.
+    """
+
+    forward_ms: list[float]
+    backward_ms: list[float]
+    param_bytes: list[int]
+    grad_bytes: list[int]
+    activation_bytes: list[int]
+    inputs: list[list[tuple[Any, int, bool]]]
+    training: bool
+    repeats: int
+    threads: int = 1
+    input_bytes: list[int] = field(default_factory=list)
+    device: str = "cpu"
+
+
+def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
+    """Leaf copies of a segment's inputs, as a pipeline stage receives them; in training each
+    is cloned again so an in-place operator writes into the clone, never into the leaf."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            leaf = v.detach().requires_grad_(training and v.is_floating_point() and v.requires_grad)
+            out.append(leaf.clone() if leaf.requires_grad else leaf)
+        else:
+            out.append(v)
+    return out
+
+
+def _bytes(v: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_flatten(v)[0] if isinstance(t, torch.Tensor))
+
+
+class _Saved:
+    """Bytes of distinct tensors autograd saves (parameters excluded)."""
+
+    def __init__(self, skip: set[int]) -> None:
+        self.skip, self.seen, self.total = skip, set(), 0
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        if id(t) not in self.skip and key not in self.seen:
+            self.seen.add(key)
+            self.total += t.numel() * t.element_size()
+        return t
+
+    @staticmethod
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
+def _segment_calls(cap: Capture) -> list[tuple[int, list[tuple]]]:
+    """Where each segment's positional inputs come from, read off the export route's wiring:
+    ``("input", k)`` or ``("seg", j, position or None)``."""
+    placeholders = [n for n in cap.wiring.graph.nodes if n.op == "placeholder"]
+    pos = {n: ("input", k) for k, n in enumerate(placeholders)}
+    seg_of: dict[fx.Node, int] = {}
+    calls = []
+    for n in cap.wiring.graph.nodes:
+        if n.op != "call_module":
+            continue
+        i = int(str(n.target).rsplit("_", 1)[-1])
+        seg_of[n] = i
+        src = []
+        for a in n.args:
+            if a in pos:
+                src.append(pos[a])
+            elif a in seg_of:
+                src.append(("seg", seg_of[a], None))
+            elif isinstance(a, fx.Node) and a.op == "call_function" and a.args[0] in seg_of:
+                src.append(("seg", seg_of[a.args[0]], a.args[1]))
+            else:
+                raise GraphError(f"unexpected value {a} feeding segment {i}")
+        calls.append((i, src))
+    return calls
+
+
+def _run_in_order(cap: Capture, example: tuple):
+    """Yield ``(i, module, input values, sources)`` for each segment in order, with real values
+    produced by running the segments once (no grad) on ``example``."""
+    outs: dict[int, Any] = {}
+    with torch.no_grad():
+        if cap.wiring is None:
+            cur: Any = example
+            for i, m in enumerate(cap.modules):
+                args = list(cur)
+                src = [("input", k) for k in range(len(args))] if i == 0 else \
+                    [("seg", i - 1, j) for j in range(len(args))]
+                yield i, m, args, src
+                res = m(*args)
+                cur = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+            return
+        for i, src in _segment_calls(cap):
+            args = []
+            for s in src:
+                if s[0] == "input":
+                    args.append(example[s[1]])
+                else:
+                    v = outs[s[1]]
+                    args.append(v if s[2] is None else v[s[2]])
+            yield i, cap.modules[i], args, src
+            outs[i] = cap.modules[i](*args)
+
+
+def _cpu_ms(fn) -> float:
+    c0 = time.thread_time()
+    fn()
+    return (time.thread_time() - c0) * 1e3
+
+
+def _cuda_ms(fn) -> float:
+    """GPU time of ``fn``'s kernels between two CUDA events (never run here: no GPU)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end))
+
+
+def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
+                     threads: int = 1, device: str = "cpu") -> SegmentTimes:
+    """Time every segment of ``cap`` on its example micro-batch (see the module docstring).
+
+    ``device="cuda"`` moves the segments to the current GPU and times them with CUDA events
+    (the one-GPU measurement of a k-GPU pipeline; written to the same path, not run here)."""
+    if repeats < 1 or warmup < 0:
+        raise UsageError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("device cuda: torch sees no GPU on this machine (use cpu)")
+    clock = _cpu_ms if device == "cpu" else _cuda_ms
+    example = tuple(t.to(device) for t in cap.example)
+    if device != "cpu":
+        cap.modules = [m.to(device) for m in cap.modules]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    n = cap.num_segments
+    fwd, bwd, acts = [0.0] * n, [0.0] * n, [0] * n
+    params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
+    try:
+        for i, m, args, src in _run_in_order(cap, example):
+            ps = list(m.parameters())
+            params[i] = (sum(p.numel() * p.element_size() for p in ps)
+                         + sum(b.numel() * b.element_size() for b in m.buffers()))
+            grads[i] = sum(p.numel() * p.element_size() for p in ps if p.requires_grad)
+            inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
+                          isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
+            f_ms, b_ms = [], []
+            for r in range(-1, warmup + repeats):  # run -1 counts saved tensors (hooks cost time): untimed
+                xs = _fresh([a.requires_grad_(training and a.is_floating_point())
+                             if isinstance(a, torch.Tensor) and not a.requires_grad and a.is_leaf else a
+                             for a in args], training)
+                out: list[Any] = []
+                with torch.set_grad_enabled(training):
+                    if r < 0:
+                        meter = _Saved({id(p) for p in ps})
+                        with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+                            out.append(m(*xs))
+                        acts[i] = int(meter.total if training else _bytes(out[0]))
+                    else:
+                        t = clock(lambda: out.append(m(*xs)))
+                if r >= warmup:
+                    f_ms.append(t)
+                if training:
+                    ys = [y for y in tree_flatten(out[0])[0] if isinstance(y, torch.Tensor) and y.requires_grad]
+                    if ys:
+                        seeds = [torch.ones_like(y) for y in ys]
+                        t = clock(lambda: torch.autograd.backward(ys, seeds))
+                        if r >= warmup:
+                            b_ms.append(t)
+                    for p in ps:
+                        p.grad = None
+            fwd[i] = min(f_ms)
+            bwd[i] = min(b_ms) if b_ms else 0.0
+    finally:
+        torch.set_num_threads(before)
+    return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
+                        activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
+                        input_bytes=[_bytes(x) for x in cap.example], device=device)
+
+
+def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES_PER_S,
+                  name: str | None = None) -> Graph:
+    """The placement graph of the measured segments (see the module docstring): node ids are
+    the segments' split points, model inputs are ``input:<k>``. ``graph.meta["segments"]``
+    keeps what the planner needs for memory (parameters, gradients, activations, tied)."""
+    n = cap.num_segments
+    ids = [f"{i}:{nm}" for i, nm in enumerate(cap.names)]
+    sent = [0] * n  # bytes each segment sends to later segments (each value once)
+    seen: set[tuple[int, Any]] = set()
+    edges: list[tuple[str, str]] = []
+    grad_back = [0] * n  # gradient bytes each segment sends back to earlier segments
+    used_inputs: dict[int, int] = {}
+    for i, ins in enumerate(times.inputs):
+        for src, position, nbytes, is_float in ins:
+            if isinstance(src, str):
+                k = int(src.split(":")[1])
+                used_inputs[k] = nbytes
+                edges.append((f"input:{k}", ids[i]))
+                continue
+            edges.append((ids[src], ids[i]))
+            key = (src, position)
+            if key not in seen:
+                seen.add(key)
+                sent[src] += nbytes
+            if is_float and times.training:
+                grad_back[i] += nbytes
+    nodes = [Node(id=f"input:{k}", p_acc=0.0, p_cpu=0.0, comm=b / link * 1e3, out_bytes=float(b),
+                  name=f"model input {k}") for k, b in sorted(used_inputs.items())]
+    back = []
+    for i in range(n):
+        color = ids[i] if times.training else None
+        mem = times.param_bytes[i] + times.activation_bytes[i]
+        nodes.append(Node(id=ids[i], p_acc=round(times.forward_ms[i], 6), p_cpu=round(times.forward_ms[i], 6),
+                          memory=float(mem), comm=sent[i] / link * 1e3, out_bytes=float(sent[i]),
+                          name=cap.names[i], color=color))
+        if times.training:
+            back.append(Node(id=f"{ids[i]}.grad", p_acc=round(times.backward_ms[i], 6),
+                             p_cpu=round(times.backward_ms[i], 6), memory=float(times.grad_bytes[i]),
+                             comm=grad_back[i] / link * 1e3, out_bytes=float(grad_back[i]), backward=True,
+                             color=color, name=f"{cap.names[i]}.grad"))
+    if times.training:
+        for s, t in list(edges):
+            if not s.startswith("input:"):
+                edges.append((f"{t}.grad", f"{s}.grad"))
+        edges += [(v, f"{v}.grad") for v in ids]
+    meta = {
+        "generator": "devplace_lite.pipeline.capture", "model": name or type(cap.model).__name__,
+        "capture": cap.how, "notes": list(cap.notes), "granularity": cap.granularity, "training": times.training,
+        "batch": int(cap.example[0].shape[0]) if cap.example[0].dim() else 1,
+        "inputs": [list(t.shape) for t in cap.example], "times": "measured",
+        "clock": "thread CPU time" if times.device == "cpu" else "CUDA events",
+        "threads": times.threads, "repeats": times.repeats, "torch": torch.__version__,
+        "spec": {"name": f"{times.device}-measured", "link": link},
+        "segments": {"names": list(cap.names), "param_bytes": times.param_bytes, "grad_bytes": times.grad_bytes,
+                     "activation_bytes": times.activation_bytes, "forward_ms": times.forward_ms,
+                     "backward_ms": times.backward_ms, "input_bytes": times.input_bytes},
+        "tied": {k: v for k, v in cap.tied.items()}, "leaf_modules": list(cap.leaf_modules),
+    }
+    kind = "training" if times.training else "inference"
+    return Graph(nodes + back, edges, name=f"{meta['model']}-segments-{kind}", meta=meta)

@@ -1,0 +1,468 @@
+"""Run a `PipelinePlan` under ``torchrun``: one process per stage, on one machine or several.
+
+Problem: a plan (`devplace_lite.pipeline.planner`) names the module FQNs where stages begin.
+Run those stages with PyTorch's own engine the way a practitioner launches a job: ``torchrun``
+starts one process per stage on every node, they meet through the ``env://`` rendezvous, each
+builds the whole model, lets ``torch.distributed.pipelining.pipeline`` cut it at the split
+points and keeps its own stage, and the schedule (``ScheduleGPipe`` / ``Schedule1F1B``) moves
+micro-batches between ranks (gloo on CPU, NCCL on GPUs).
+
+`write_script` writes ``run_pipeline.py`` beside ``plan.json``: the split points as
+``SplitPoint.BEGINNING`` and a call of `main`, which every rank runs. `launch` starts torchrun
+here (``nodes=2`` runs two torchrun "nodes" on loopback, ``--nnodes 2 --node-rank 0/1
+--rdzv-endpoint 127.0.0.1:PORT``, the multi-machine path on one machine) and gathers what the
+ranks wrote:
+
+* per stage, the CPU time of one micro-batch's forward and backward on the stage's thread
+  (the least over micro-batches and steps: a shared machine's load does not inflate it), and
+  the wall time of each step;
+* per stage, the peak memory: parameters, their gradients when training, and the high-water
+  mark of the activations autograd saves, counted in the first step (the counting hooks cost
+  CPU time, so the measured steps run without them);
+* with ``check``: the last stage's outputs against the unsplit model's, every stage's parameter
+  gradients (tied weights after their all-reduce) against the unsplit model's.
+
+The stages are built by the same split policy the capture used (`capture.split_policy`),
+which places split markers exactly where ``split_spec`` would and also hands model inputs that
+a later stage reads to the first stage (the schedules feed inputs to the first stage only).
+
+Complexity: a process start (importing torch) and one export per rank, then the steps.
+
+Example
+-------
+See ``tests/test_plan.py``::
+
+    p = plan(model, inputs, k=4, microbatches=4)
+    paths = p.write("out/")
+    run = launch(paths["plan"], nodes=2, check=True)
+    run["check"]["outputs_allclose"], run["stage_forward_cpu_ms"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import GraphError, UsageError
+from .resources import free_port
+
+
+
+# -- the script --------------------------------------------------------------------------------
+_SCRIPT = '''#!/usr/bin/env python3
+"""{model}: {stages} pipeline stages planned by devplace ({method}; gap to the proven bound {gap}).
+
+Run it with torchrun, one process per stage (gloo on CPU, NCCL on GPUs):
+
+    torchrun --nproc-per-node {stages} run_pipeline.py [--steps 5] [--check] [--device cuda]
+    # across machines:
+    torchrun --nnodes N --node-rank R --nproc-per-node {stages}/N --rdzv-endpoint HOST:PORT run_pipeline.py
+
+Each rank does, with torch.distributed.pipelining:
+
+    pipe = pipeline(model, microbatch, split_spec=SPLIT_SPEC)
+    stage = pipe.build_stage(rank, device)
+    {schedule_class}(stage, {microbatches}, loss_fn=loss_fn).step(batch on the first rank, target on the last)
+
+and sums the gradients of weights replicated on several stages ({tied}).
+plan.json beside this file holds the forecast, the memory of every stage and the model spec.
+"""
+from torch.distributed.pipelining import SplitPoint
+
+SPLIT_SPEC = {{
+{spec}}}
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    from devplace_lite.pipeline.torchrun import main
+
+    sys.exit(main(Path(__file__).with_name("plan.json"), SPLIT_SPEC))
+'''
+
+
+def write_script(path: str | Path, plan: Any) -> None:
+    """Write the torchrun script of ``plan`` (a `PipelinePlan`) to ``path``, atomically."""
+    spec = "".join(f"    {fqn!r}: SplitPoint.BEGINNING,\n" for fqn in plan.split_points)
+    tied = "; ".join(t["parameter"] for t in plan.tied if len(t["stages"]) > 1) or "none here"
+    gap = "unknown" if plan.gap is None else f"{100 * plan.gap:.1f} %"
+    text = _SCRIPT.format(model=plan.model_spec or plan.graph.meta.get("model"), stages=plan.num_stages,
+                          method=plan.method, gap=gap, microbatches=plan.microbatches, spec=spec, tied=tied,
+                          schedule_class={"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}[plan.schedule])
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# -- one rank ----------------------------------------------------------------------------------
+def _contiguous(values: Any) -> Any:
+    import torch
+
+    return tuple(v.contiguous() if isinstance(v, torch.Tensor) else v for v in values)
+
+
+def _instrument(stage: Any, record: list, cuda: bool = False) -> None:
+    """Record ``(kind, start, end, ms)`` of every forward and backward chunk the stage runs (ms:
+    the thread's CPU time on CPU; on a GPU the wall time up to a device synchronise), and hand
+    on contiguous tensors: gloo sends contiguous memory only, while a stage's outputs and its
+    inputs' gradients may come out of the model or autograd with any strides."""
+    import torch
+
+    for kind, name in (("F", "forward_one_chunk"), ("B", "backward_one_chunk")):
+        inner = getattr(stage, name)
+
+        def timed(chunk: int, *args: Any, _inner=inner, _kind=kind, **kwargs: Any) -> Any:
+            c0, t0 = time.thread_time(), time.perf_counter()
+            out = _inner(chunk, *args, **kwargs)
+            if cuda:
+                torch.cuda.synchronize()
+                c0 = time.thread_time() - (time.perf_counter() - t0)  # report the wall time
+            if _kind == "F" and chunk in stage.fwd_cache:
+                outputs, rest = stage.fwd_cache[chunk]
+                stage.fwd_cache[chunk] = (_contiguous(outputs), rest)
+            elif _kind == "B" and chunk in stage.bwd_cache:
+                stage.bwd_cache[chunk] = _contiguous(stage.bwd_cache[chunk])
+            record.append((_kind, t0, time.perf_counter(), (time.thread_time() - c0) * 1e3))
+            return out
+
+        setattr(stage, name, timed)
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="one rank of a devplace pipeline (run me under torchrun)")
+    p.add_argument("--steps", type=int, default=3, help="measured steps (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured first steps (default 1)")
+    p.add_argument("--check", action="store_true", help="compare outputs and gradients with the unsplit model")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="gloo on CPU, NCCL with one GPU per rank")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU (default 1)")
+    p.add_argument("--out", help="folder for this run's per-rank JSON (default: beside plan.json, run/)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may wait")
+    a = p.parse_args(argv)
+    if a.steps < 1 or a.warmup < 0 or a.threads < 1:
+        p.error("--steps and --threads must be >= 1 and --warmup >= 0")
+    return a
+
+
+def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[str] | None = None) -> int:
+    """What each torchrun rank runs: build its stage from the plan and run the schedule."""
+    import copy
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, pipeline
+
+    from ..zoo import load
+    from .capture import split_policy
+
+    args = _args(argv)
+    plan_path = Path(plan_path)
+    plan = json.loads(plan_path.read_text())
+    cuda = args.device == "cuda"
+    if cuda:
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(args.threads)
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=args.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        if world != plan["stages"]:
+            raise UsageError(f"the plan has {plan['stages']} stages but torchrun started {world} processes "
+                             f"(--nproc-per-node x --nnodes must be {plan['stages']})")
+        model, inputs = load(plan["model"], batch=plan["batch"], seed=plan["seed"])
+        m = plan["microbatches"]
+        micro = tuple(t[: plan["microbatch"]] for t in inputs)
+        points = list(split_spec) if split_spec is not None else list(plan["split_points"])
+        training = plan["training"]
+        if plan["capture"] == "torch.fx":
+            stage, order = _fx_stage(model, micro, points, rank, world, device, training)
+        else:
+            pipe = pipeline(copy.deepcopy(model), micro, split_policy=split_policy(points))
+            if pipe.num_stages != world:
+                raise GraphError(f"the split points give {pipe.num_stages} stages, not {world}")
+            stage, order = pipe.build_stage(rank, device), first_stage_inputs(pipe)
+        record: list = []
+        _instrument(stage, record, cuda)
+        target = None
+        if training:
+            with torch.no_grad():
+                shape = model(*inputs).shape
+            target = torch.randn(shape, generator=torch.Generator().manual_seed(plan["seed"] + 1)).to(device)
+        sched_cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[plan["schedule"]]
+        sched = sched_cls(stage, m, loss_fn=F.mse_loss if training else None)
+        named = dict(model.named_parameters(remove_duplicate=False))
+        aliases = {t["parameter"]: [n for n, p in named.items() if p is named[t["parameter"]]] for t in plan["tied"]}
+        groups = [(t["parameter"], dist.new_group(t["stages"])) for t in plan["tied"] if len(t["stages"]) > 1]
+        first, last = rank == 0, rank == world - 1
+        xs = tuple(inputs[i].to(device) for i in order)
+        from .run import ActivationMeter
+
+        meter = ActivationMeter({id(p) for p in stage.submod.parameters()})
+        steps, out, losses = [], None, []
+        for it in range(args.warmup + args.steps):
+            if it == args.warmup:
+                record.clear()  # warm-up chunks allocate buffers once: not part of the figures
+            for p in stage.submod.parameters():
+                p.grad = None
+            losses = []
+            dist.barrier()
+            t0 = time.perf_counter()
+            if training:
+                # saved activations are counted in the first step only: the hooks cost CPU time
+                hooks = torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack) if it == 0 else \
+                    contextlib.nullcontext()
+                with hooks:
+                    out = sched.step(*(xs if first else ()), target=target if last else None,
+                                     losses=losses if last else None)
+                for fqn, group in groups:  # a replicated weight: every copy gets the whole gradient
+                    if rank in next(t["stages"] for t in plan["tied"] if t["parameter"] == fqn):
+                        _sum_tied(stage.submod, set(aliases[fqn]), group, device)
+            else:
+                with torch.no_grad():
+                    out = sched.step(*(xs if first else ()))
+            if cuda:
+                torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            if it >= args.warmup:
+                steps.append((t0, t1))
+        rec: dict[str, Any] = {
+            "rank": rank, "world": world, "host": socket.gethostname(), "device": str(device),
+            "backend": dist.get_backend(), "steps": steps,
+            "forward_cpu_ms": [c for k, *_, c in record if k == "F"],
+            "backward_cpu_ms": [c for k, *_, c in record if k == "B"],
+            "loss": sum(float(x) for x in losses) / len(losses) if last and losses else None,
+            "param_bytes": sum(p.numel() * p.element_size() for p in stage.submod.parameters()),
+            "grad_bytes": sum(p.numel() * p.element_size() for p in stage.submod.parameters() if p.requires_grad),
+            "activation_peak_bytes": int(meter.peak),
+        }
+        if args.check:
+            rec["check"] = _check(model, inputs, target, training, stage.submod, out if last else None)
+        folder = Path(args.out) if args.out else plan_path.with_name("run")
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".rank{rank}.tmp"
+        tmp.write_text(json.dumps(rec))
+        os.replace(tmp, folder / f"rank{rank}.json")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def _fx_stage(model: Any, micro: tuple, points: Sequence[str], rank: int, world: int, device: Any,
+              training: bool) -> tuple[Any, list[int]]:
+    """The fx route (a model torch.export cannot capture): devplace's splitter cuts the traced
+    model (leaf modules chosen as in the capture), and the stage is a manual `PipelineStage`
+    that talks to its neighbours only (values read later are carried through)."""
+    import copy
+
+    from torch.distributed.pipelining import PipelineStage
+
+    from .capture import fx_split, trace_with_leaves
+    from .run import _example, _stage_shapes
+
+    gm, leaves = trace_with_leaves(copy.deepcopy(model), [])
+    split, _ = fx_split(gm, micro, points, leaves)
+    if split.num_stages != world:
+        raise GraphError(f"the split points give {split.num_stages} stages, not {world}")
+    ins, outs = _stage_shapes(split.stages, micro, training)[rank]
+    stage = PipelineStage(split.stages[rank].to(device), rank, world, device,
+                          input_args=tuple(_example(m, device) for m in ins),
+                          output_args=tuple(_example(m, device) for m in outs))
+    return stage, list(range(len(micro)))
+
+
+def first_stage_inputs(pipe: Any) -> list[int]:
+    """Which model input each positional input of the first stage is: the schedule hands the
+    batch to the first stage as is, and the split may list the model's inputs in another order
+    (T5: the decoder's token ids are read first)."""
+    graph = pipe.split_gm.graph
+    roots = [n for n in graph.nodes if n.op == "placeholder"]
+    call = next(n for n in graph.nodes if n.op == "call_module" and str(n.target).endswith("_0"))
+    if not all(a in roots for a in call.args):
+        raise GraphError("the first stage reads a value other than the model's inputs")
+    return [roots.index(a) for a in call.args]
+
+
+def _sum_tied(module: Any, names: set[str], group: Any, device: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    held = [p for n, p in module.named_parameters(remove_duplicate=False) if n in names]
+    if not held:
+        return
+    grad = torch.zeros_like(held[0])
+    for p in {id(p): p for p in held}.values():
+        if p.grad is not None:
+            grad += p.grad
+    dist.all_reduce(grad, group=group)
+    for p in held:
+        p.grad = grad.clone()
+
+
+def _check(model: Any, inputs: tuple, target: Any, training: bool, stage_module: Any, out: Any) -> dict[str, Any]:
+    """This rank's outputs (last rank) and gradients against the unsplit model's."""
+    import torch
+    import torch.nn.functional as F
+
+    ref_model = model
+    ref_model.zero_grad(set_to_none=True)
+    with torch.set_grad_enabled(training):
+        ref = ref_model(*inputs)
+        if training:
+            F.mse_loss(ref, target.cpu()).backward()
+    res: dict[str, Any] = {}
+    if out is not None:
+        o = out.detach().cpu()
+        res["outputs_allclose"] = bool(torch.allclose(o, ref.detach(), rtol=1e-4, atol=1e-5))
+        res["max_output_diff"] = float((o - ref.detach()).abs().max())
+    if training:
+        params = dict(ref_model.named_parameters(remove_duplicate=False))
+        diffs, ok, n = [], True, 0
+        for name, p in stage_module.named_parameters(remove_duplicate=False):
+            if p.grad is None or name not in params or params[name].grad is None:
+                continue
+            g, r = p.grad.detach().cpu(), params[name].grad
+            diffs.append(float((g - r).abs().max()))
+            ok &= bool(torch.allclose(g, r, rtol=1e-4, atol=1e-5))
+            n += 1
+        res.update(grads_allclose=ok and n > 0, max_grad_diff=max(diffs, default=0.0), parameters_checked=n)
+    return res
+
+
+# -- launching ---------------------------------------------------------------------------------
+def torchrun_commands(script: str | Path, stages: int, *, nodes: int = 1, port: int | None = None,
+                      extra: Sequence[str] = ()) -> list[list[str]]:
+    """The torchrun command of each node (loopback rendezvous on ``port``)."""
+    if nodes < 1 or stages % nodes:
+        raise UsageError(f"{stages} stages do not split evenly over {nodes} node(s)")
+    port = port or free_port()
+    return [[sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(r),
+             "--nproc-per-node", str(stages // nodes), "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
+             str(script), *extra] for r in range(nodes)]
+
+
+def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int = 1, check: bool = False,
+           threads: int = 1, timeout: float = 300.0, device: str = "cpu") -> dict[str, Any]:
+    """Run the plan's script under torchrun here and gather the ranks' figures.
+
+    ``nodes > 1`` starts that many torchrun "nodes" on loopback (static rendezvous at
+    127.0.0.1 on a free port), each with ``stages / nodes`` processes. The whole run is bounded
+    by ``timeout`` seconds; a stuck or failed run is one `GraphError` line with the failing
+    rank's last message.
+    """
+    plan_path = Path(plan_path)
+    plan = json.loads(plan_path.read_text())
+    script = plan_path.with_name("run_pipeline.py")
+    if not script.exists():
+        raise UsageError(f"no run_pipeline.py beside {plan_path}: write the plan with PipelinePlan.write")
+    for name, value, low in (("steps", steps, 1), ("warmup", warmup, 0), ("threads", threads, 1), ("nodes", nodes, 1)):
+        if int(value) != value or value < low:
+            raise UsageError(f"{name} must be an integer >= {low}, got {value}")
+    p = int(plan["stages"])
+    with tempfile.TemporaryDirectory(prefix="devplace-torchrun-") as out:
+        extra = ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads), "--out", out,
+                 "--device", device, "--timeout", str(max(30.0, timeout))] + (["--check"] if check else [])
+        cmds = torchrun_commands(script, p, nodes=nodes, extra=extra)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+        logs = [tempfile.TemporaryFile() for _ in cmds]
+        procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                 for c, log in zip(cmds, logs)]
+        deadline = time.monotonic() + timeout
+        try:
+            for pr in procs:
+                pr.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _stop(procs)
+            raise GraphError(f"torchrun did not finish within {timeout:.0f} s (a stage stuck or a slow machine); "
+                             "raise the timeout") from None
+        finally:
+            _stop(procs)
+        texts = []
+        for log in logs:
+            log.seek(0)
+            texts.append(log.read().decode(errors="replace"))
+            log.close()
+        if any(pr.returncode for pr in procs):
+            raise GraphError(f"torchrun failed: {_last_error(texts)}")
+        ranks = [json.loads((Path(out) / f"rank{r}.json").read_text()) for r in range(p)]
+    return _gather(plan, ranks, cmds, nodes)
+
+
+def _stop(procs: list) -> None:
+    for pr in procs:
+        if pr.poll() is None:
+            try:
+                os.killpg(pr.pid, signal.SIGTERM)
+                pr.wait(timeout=10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(pr.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _last_error(texts: Sequence[str]) -> str:
+    """The most telling line of the ranks' output: the first rank's exception, not the
+    connection errors it caused on the others."""
+    import re
+
+    found = []
+    for text in texts:
+        for ln in text.splitlines():
+            ln = re.sub(r"^\[rank\d+\]:\s*", "", ln.strip())
+            m = re.match(r"^([\w.]+(Error|Exception)): (.*)", ln)
+            if m and "ChildFailedError" not in m.group(1):
+                found.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(3)}"[:300])
+    quiet = [f for f in found if "Connection" not in f and "peer" not in f]
+    if quiet or found:
+        return (quiet or found)[0]
+    tail = [ln for t in texts for ln in t.splitlines() if ln.strip()]
+    return tail[-1][:300] if tail else "no output"
+
+
+def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) -> dict[str, Any]:
+    n_steps = len(ranks[0]["steps"])
+    steps_ms = [1e3 * (max(r["steps"][i][1] for r in ranks) - min(r["steps"][i][0] for r in ranks))
+                for i in range(n_steps)]
+    least = lambda xs: float(min(xs)) if xs else 0.0  # noqa: E731 - interference only ever adds CPU time
+    fwd = [least(r["forward_cpu_ms"]) for r in ranks]
+    bwd = [least(r["backward_cpu_ms"]) for r in ranks]
+    out: dict[str, Any] = {
+        "stages": len(ranks), "nodes": nodes, "hosts": sorted({r["host"] for r in ranks}),
+        "backend": ranks[0]["backend"], "schedule": plan["schedule"], "microbatches": plan["microbatches"],
+        "step_ms": float(statistics.median(steps_ms)), "steps_ms": steps_ms,
+        "stage_forward_cpu_ms": fwd, "stage_backward_cpu_ms": bwd,
+        "stage_cpu_ms": [f + b for f, b in zip(fwd, bwd)], "loss": ranks[-1]["loss"],
+        "param_bytes": [r["param_bytes"] for r in ranks],
+        "activation_peak_bytes": [r["activation_peak_bytes"] for r in ranks],
+        # measured peak: parameters, their gradients when training, the saved activations' high-water mark
+        "peak_memory": [r["param_bytes"] + (r["grad_bytes"] if plan["training"] else 0) + r["activation_peak_bytes"]
+                        for r in ranks],
+        "commands": [" ".join(c[1:]).replace("-m torch.distributed.run", "torchrun") for c in cmds],
+    }
+    if all("check" in r for r in ranks):
+        checks = [r["check"] for r in ranks]
+        out["check"] = {"outputs_allclose": checks[-1].get("outputs_allclose"),
+                        "max_output_diff": checks[-1].get("max_output_diff")}
+        if plan["training"]:
+            out["check"].update(grads_allclose=all(c.get("grads_allclose") for c in checks),
+                                max_grad_diff=max(c.get("max_grad_diff", 0.0) for c in checks),
+                                parameters_checked=sum(c.get("parameters_checked", 0) for c in checks))
+    return out

@@ -1,0 +1,182 @@
+"""Models nobody here wrote: torchvision, timm and Hugging Face networks built from configs.
+
+Each function returns ``(model, example_inputs)`` with random weights drawn from ``seed`` and
+nothing downloaded, so it can be named wherever a model spec ``module:function`` is accepted::
+
+    devplace plan devplace_lite.zoo.external:gpt2 -k 4
+
+The sizes are reduced (fewer layers, narrower, small images and short sequences) so that a
+2-core CPU profiles and runs each in seconds; the code paths are those of the full networks.
+The packages come from the ``models`` extra (``pip install devplace_lite[models]``).
+
+torchvision's wheel on PyPI is built against CUDA torch: beside the CPU build its compiled
+operators (``nms``, ``roi_align``) do not load and ``import torchvision`` fails while
+registering their shape functions. The classification models are pure Python and need none of
+them, so `import_torchvision` tolerates exactly those failed registrations (and nothing else).
+
+Example
+-------
+>>> model, (x,) = resnet18(batch=2)   # doctest: +SKIP
+>>> tuple(model(x).shape)             # doctest: +SKIP
+(2, 10)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..errors import UsageError
+
+#: model name -> (family, factory name): the eight external models of the benchmark.
+MODELS = {
+    "resnet18": "torchvision", "mobilenet_v3_small": "torchvision", "vit": "torchvision",
+    "convnext_tiny": "torchvision", "efficientnet_b0": "timm",
+    "bert": "Hugging Face encoder", "gpt2": "Hugging Face decoder", "t5": "Hugging Face encoder-decoder",
+}
+
+
+@contextlib.contextmanager
+def _tolerate_missing_torchvision_ops():
+    real = torch.library.register_fake
+
+    def register_fake(op: Any, *args: Any, **kwargs: Any):
+        deco = real(op, *args, **kwargs)
+        if not (isinstance(op, str) and op.startswith("torchvision::")):
+            return deco
+
+        def tolerant(fn: Callable) -> Callable:
+            try:
+                return deco(fn)
+            except RuntimeError as e:  # the CUDA-built operator library did not load
+                if "does not exist" not in str(e):
+                    raise
+                return fn
+
+        return tolerant
+
+    torch.library.register_fake = register_fake
+    try:
+        yield
+    finally:
+        torch.library.register_fake = real
+
+
+def import_torchvision():
+    """``torchvision``, imported beside a CPU torch even when its compiled operators do not load."""
+    with _tolerate_missing_torchvision_ops():
+        return _require("torchvision")
+
+
+def _require(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise UsageError(f"model needs the package {name} ({e}); install the extra: pip install "
+                         f"'devplace_lite[models]'") from None
+
+
+def _image(batch: int, size: int, seed: int) -> tuple[torch.Tensor]:
+    return (torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _tokens(batch: int, seq: int, vocab: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def _vision(build: Callable[[], nn.Module], batch: int, size: int, seed: int) -> tuple[nn.Module, tuple]:
+    torch.manual_seed(seed)
+    return build().eval(), _image(batch, size, seed)
+
+
+def resnet18(batch: int = 8, seed: int = 0):
+    """torchvision ResNet-18 (in-place ReLUs everywhere), 10 classes, 64x64 images."""
+    tv = import_torchvision()
+    return _vision(lambda: tv.models.resnet18(num_classes=10), batch, 64, seed)
+
+
+def mobilenet_v3_small(batch: int = 8, seed: int = 0):
+    """torchvision MobileNetV3-Small (in-place Hardswish, squeeze-excitation), 10 classes, 64x64."""
+    tv = import_torchvision()
+    return _vision(lambda: tv.models.mobilenet_v3_small(num_classes=10), batch, 64, seed)
+
+
+def convnext_tiny(batch: int = 8, seed: int = 0):
+    """torchvision ConvNeXt-Tiny (layer scale: parameters used outside module calls), 64x64."""
+    tv = import_torchvision()
+    return _vision(lambda: tv.models.convnext_tiny(num_classes=10), batch, 64, seed)
+
+
+def vit(batch: int = 8, seed: int = 0):
+    """torchvision VisionTransformer (class token and position embedding: parameters used
+    outside module calls), 6 layers of width 128, 32x32 images in 8x8 patches."""
+    tv = import_torchvision()
+    return _vision(lambda: tv.models.VisionTransformer(image_size=32, patch_size=8, num_layers=6, num_heads=4,
+                                                       hidden_dim=128, mlp_dim=512, num_classes=10),
+                   batch, 32, seed)
+
+
+def efficientnet_b0(batch: int = 8, seed: int = 0):
+    """timm EfficientNet-B0 (depthwise separable blocks, SiLU, squeeze-excitation), 64x64."""
+    import_torchvision()  # timm imports torchvision
+    timm = _require("timm")
+    return _vision(lambda: timm.create_model("efficientnet_b0", pretrained=False, num_classes=10), batch, 64, seed)
+
+
+class LogitsOf(nn.Module):
+    """A Hugging Face model called with positional token tensors, returning its logits: what a
+    pipeline stage can send (tensors, not a ModelOutput), without the key-value cache."""
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = names
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        kwargs = dict(zip(self.names, tensors))
+        return self.model(**kwargs, use_cache=False, return_dict=True).logits
+
+
+def _hf(config_name: str, model_name: str, names: tuple[str, ...], batch: int, seq: int, seed: int,
+        **config: Any):
+    with contextlib.suppress(UsageError):  # some transformers modules import torchvision when it is there
+        import_torchvision()
+    tr = _require("transformers")
+    cfg = getattr(tr, config_name)(**config)
+    cfg._attn_implementation = "eager"  # the same arithmetic on every machine
+    torch.manual_seed(seed)
+    model = LogitsOf(getattr(tr, model_name)(cfg), names).eval()
+    vocab = config["vocab_size"]
+    return model, tuple(_tokens(batch, seq, vocab, seed + i) for i in range(len(names)))
+
+
+def bert(batch: int = 8, seed: int = 0):
+    """Hugging Face BERT with its masked-LM head (tied to the word embedding): 4 layers, width 128, 32 tokens."""
+    return _hf("BertConfig", "BertForMaskedLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
+               hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
+               max_position_embeddings=64)
+
+
+def gpt2(batch: int = 8, seed: int = 0):
+    """Hugging Face GPT-2 with its LM head (tied to the token embedding): 4 layers, width 128, 32 tokens."""
+    return _hf("GPT2Config", "GPT2LMHeadModel", ("input_ids",), batch, 32, seed, vocab_size=2000, n_embd=128,
+               n_layer=4, n_head=4, n_positions=64)
+
+
+def t5(batch: int = 8, seed: int = 0):
+    """Hugging Face T5 encoder-decoder (shared embedding, tied head): 3 + 3 layers, width 128,
+    32 source and 32 target tokens."""
+    return _hf("T5Config", "T5ForConditionalGeneration", ("input_ids", "decoder_input_ids"), batch, 32, seed,
+               vocab_size=2000, d_model=128, d_kv=32, d_ff=512, num_layers=3, num_decoder_layers=3, num_heads=4,
+               tie_word_embeddings=True)
+
+
+def get(name: str):
+    """The factory of external model ``name``; a one-line error lists the known names."""
+    if name not in MODELS:
+        raise UsageError(f"unknown external model {name!r}; known: {', '.join(MODELS)}")
+    return globals()[name]

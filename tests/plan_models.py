@@ -1,0 +1,57 @@
+"""Models for tests/test_plan.py that torchrun's processes load by spec (``plan_models:name``):
+this folder is put on their PYTHONPATH."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Gate(nn.Module):
+    """A block whose forward branches on data: neither torch.export nor torch.fx can trace it.
+    (The branch is the same for every micro-batch, so the pipeline computes the model.)"""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.abs().sum() >= 0:
+            return torch.relu(self.lin(x))
+        return torch.tanh(self.lin(x))
+
+
+class Branchy(nn.Module):
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(nn.Linear(8, d), Gate(d), nn.Linear(d, d), nn.Linear(d, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(x)
+
+
+def branchy(batch: int = 8, seed: int = 0):
+    torch.manual_seed(seed)
+    return Branchy().eval(), (torch.randn(batch, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+class Unequal(nn.Module):
+    """Layers of very unequal cost, a skip connection, a weight tied between first and last."""
+
+    def __init__(self, d: int = 128) -> None:
+        super().__init__()
+        self.embed = nn.Linear(16, d, bias=False)
+        self.layers = nn.ModuleList([nn.Linear(d, d * w) if i % 2 == 0 else nn.Linear(d * w, d)
+                                     for i, w in enumerate((1, 1, 8, 8, 2, 2))])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        skip = h
+        for layer in self.layers:
+            h = torch.tanh(layer(h))
+        return torch.nn.functional.linear(h + skip, self.embed.weight.t())  # the embedding, tied as a head
+
+
+def unequal(batch: int = 8, seed: int = 0):
+    torch.manual_seed(seed)
+    return Unequal().eval(), (torch.randn(batch, 16, generator=torch.Generator().manual_seed(seed)),)

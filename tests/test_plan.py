@@ -1,0 +1,226 @@
+"""`devplace plan`: capture of models nobody here wrote (torch.export, torch.fx with automatic
+leaf modules), the exact split among split-point plans against an exhaustive search, stage
+memory under the schedules, clear errors, and real torchrun runs (two loopback nodes) whose
+outputs and gradients equal the unsplit model's. No assertion reads a wall clock."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from devplace_lite.cli import main  # noqa: E402
+from devplace_lite.cost import evaluate  # noqa: E402
+from devplace_lite.errors import GraphError, UsageError  # noqa: E402
+from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph  # noqa: E402
+from devplace_lite.pipeline.planner import (_fit, even_split, in_flight, plan, plan_graph, scaled_graph,  # noqa: E402
+                                            stage_assignment)
+from devplace_lite.pipeline.torchrun import launch, torchrun_commands  # noqa: E402
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import plan_models  # noqa: E402
+
+
+@pytest.fixture
+def on_path(monkeypatch):
+    """torchrun's processes import the test models by spec: put this folder on their path."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+
+
+def _cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_import_devplace_lite_and_the_plan_command_do_not_import_torch():
+    code = ("import sys, devplace_lite, devplace_lite.commands.plan; "
+            "assert callable(devplace_lite.plan); assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- capture ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def unequal_capture():
+    model, x = plan_models.unequal(batch=32)
+    return model, x, capture(model, x)
+
+
+def test_export_capture_keeps_split_points_and_finds_a_weight_used_outside_its_module(unequal_capture):
+    model, x, cap = unequal_capture
+    assert cap.how == "torch.export" and not cap.notes
+    assert cap.names == ["embed"] + [f"layers.{i}" for i in range(6)]
+    assert cap.tied == {"embed.weight": [0, 6]}  # read by the embedding and by the output projection
+    times = measure_segments(cap, training=True, repeats=2, warmup=0)
+    assert all(t > 0 for t in times.forward_ms) and all(t > 0 for t in times.backward_ms)
+    # the wide layers (8x the arithmetic) cost more than the narrow ones: an order with a wide margin
+    assert min(times.forward_ms[3:5]) > max(times.forward_ms[1:3])
+    g = segment_graph(cap, times)
+    assert g.is_training and g.n == 1 + 2 * 7 and g.meta["segments"]["names"] == cap.names
+
+
+def test_fx_fallback_names_the_module_the_line_and_the_way_taken():
+    model, x = plan_models.branchy(batch=2)
+    cap = capture(model, x)
+    assert cap.how == "torch.fx" and cap.leaf_modules == ["blocks.1"]
+    export_note, fx_note = cap.notes
+    assert export_note.startswith("torch.export fails at plan_models.py:") and "if x.abs().sum() >= 0:" in export_note
+    assert export_note.endswith("fallback: torch.fx")
+    assert "inside module blocks.1 at plan_models.py:" in fx_note and "kept blocks.1 whole" in fx_note
+    assert cap.names == ["blocks", "blocks.1", "blocks.2", "blocks.3"]
+    with torch.no_grad():  # the segments, run in order, are the model
+        out = x
+        for m in cap.modules:
+            res = m(*out)
+            out = res if isinstance(res, tuple) else (res,)
+        assert torch.allclose(out[0], model(*x))
+
+
+def test_a_model_that_fails_on_its_inputs_is_one_line():
+    model, _ = plan_models.branchy(batch=2)
+    with pytest.raises(GraphError) as err:
+        capture(model, (torch.randn(2, 5),))
+    assert "\n" not in str(err.value) and "fails on its example inputs" in str(err.value)
+
+
+# -- planning -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def unequal_graph(unequal_capture):
+    _, _, cap = unequal_capture
+    return segment_graph(cap, measure_segments(cap, training=True, repeats=2, warmup=0))
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_plan_is_the_best_split_point_plan_and_the_bound_is_below_it(unequal_graph, k):
+    p = plan_graph(unequal_graph, k=k, microbatches=4)
+    assert p.result.status == "optimal" and p.bound.bound <= p.result.objective * (1 + 1e-9)
+    assert 0.0 <= p.gap <= 1.0
+    n = len(p.names)
+    best = min(evaluate(p.chain, p.cluster, stage_assignment(p, [sum(i >= c for c in cuts) for i in range(n)])).max_load
+               for j in range(1, k + 1) for cuts in itertools.combinations(range(1, n), j - 1))
+    assert p.result.objective == pytest.approx(best, rel=1e-9)  # exhaustive over every choice of split points
+    assert p.split_points == [p.names[segs[0]] for segs in p.stage_segments[1:]]
+    assert sorted(itertools.chain(*p.stage_segments)) == list(range(n))  # stages are program-order intervals
+
+
+def test_stage_memory_follows_the_schedule(unequal_graph):
+    seg = unequal_graph.meta["segments"]
+    p1 = plan_graph(unequal_graph, k=3, microbatches=8, schedule="1f1b", optimizer="adam")
+    pg = plan_graph(unequal_graph, k=3, microbatches=8, schedule="gpipe", optimizer="adam")
+    for p in (p1, pg):
+        for s, (segs, mem) in enumerate(zip(p.stage_segments, p.stage_memory())):
+            acts = sum(seg["activation_bytes"][i] for i in segs)
+            grads = sum(seg["grad_bytes"][i] for i in segs)
+            n = in_flight(p.schedule, 8, p.num_stages, s, True)
+            assert mem["peak"] == pytest.approx(sum(seg["param_bytes"][i] for i in segs) + 3 * grads + n * acts)
+    assert [in_flight("1f1b", 8, 3, s, True) for s in range(3)] == [3, 2, 1]
+    assert in_flight("gpipe", 8, 3, 0, True) == 8 and in_flight("gpipe", 8, 3, 0, False) == 1
+    # a tied weight held by two stages is counted on both
+    assert p1.tied[0]["parameter"] == "embed.weight" and len(p1.tied[0]["stages"]) == 2
+
+
+def test_a_plan_over_the_memory_cap_is_refused_in_one_line(unequal_graph):
+    with pytest.raises(GraphError) as err:
+        plan_graph(unequal_graph, k=2, microbatches=4, memory=1000.0)
+    msg = str(err.value)
+    assert "\n" not in msg and "way out" in msg and "1000 bytes" in msg
+
+
+def test_calibration_fits_each_kind_by_least_squares(unequal_graph):
+    assert _fit([1.0, 2.0], [2.0, 4.0]) == pytest.approx(2.0)
+    assert _fit([0.0], [3.0]) == 1.0
+    g = scaled_graph(unequal_graph, 0.5, 2.0)
+    f, b = ~unequal_graph.backward, unequal_graph.backward
+    assert np.allclose(g.p_acc[f], 0.5 * unequal_graph.p_acc[f]) and np.allclose(g.p_acc[b], 2 * unequal_graph.p_acc[b])
+    assert even_split(unequal_graph, 3) == [0, 0, 0, 1, 1, 2, 2]
+
+
+def test_bad_numbers_are_usage_errors():
+    model, x = plan_models.unequal(batch=4)
+    for kwargs in (dict(k=0), dict(k=2, microbatches=3), dict(k=2, repeats=0), dict(k=2, time_limit=float("nan"))):
+        with pytest.raises(UsageError):
+            plan(model, x, **kwargs)
+
+
+# -- torchrun -----------------------------------------------------------------------------------
+def test_torchrun_commands_for_two_loopback_nodes():
+    cmds = torchrun_commands("run.py", 4, nodes=2, port=29999)
+    assert [c[c.index("--node-rank") + 1] for c in cmds] == ["0", "1"]
+    for c in cmds:
+        assert c[c.index("--nnodes") + 1] == "2" and c[c.index("--nproc-per-node") + 1] == "2"
+        assert c[c.index("--rdzv-endpoint") + 1] == "127.0.0.1:29999"
+    with pytest.raises(UsageError, match="evenly"):
+        torchrun_commands("run.py", 3, nodes=2)
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_on_loopback_equal_the_unsplit_model(tmp_path, on_path):
+    """k = 4 stages as two torchrun nodes of two processes: a skip connection across stages
+    and a weight tied between the first and last stage (its gradients summed)."""
+    model, x = plan_models.unequal(batch=8)
+    p = plan(model, x, k=4, microbatches=4, model_spec="plan_models:unequal", repeats=2, time_limit=5)
+    assert p.num_stages == 4 and len(p.tied[0]["stages"]) == 2
+    paths = p.write(tmp_path)
+    assert "SplitPoint.BEGINNING" in paths["script"].read_text()
+    run = launch(paths["plan"], nodes=2, steps=1, warmup=0, check=True, timeout=400)
+    assert run["nodes"] == 2 and run["stages"] == 4 and run["backend"] == "gloo"
+    assert run["check"]["outputs_allclose"] and run["check"]["grads_allclose"], run["check"]
+    assert run["check"]["parameters_checked"] >= 7
+    assert all(t > 0 for t in run["stage_forward_cpu_ms"]) and all(t > 0 for t in run["stage_backward_cpu_ms"])
+    assert all(m > 0 for m in run["peak_memory"])
+
+
+@pytest.mark.slow
+def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_path):
+    code, out, err = _cli(capsys, "plan", "plan_models:branchy", "-k", 2, "--batch", 8, "--repeats", 2,
+                          "--out", tmp_path, "--run", "--check", "--steps", 1, "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["capture"] == "torch.fx" and any("blocks.1" in n for n in ans["notes"])
+    assert ans["run"]["check"]["outputs_allclose"] and ans["run"]["check"]["grads_allclose"]
+    assert ans["stages"] == 2 and ans["torchrun"].startswith("torchrun --nproc-per-node 2")
+    assert json.loads((tmp_path / "plan.json").read_text())["split_spec"] == ans["split_spec"]
+
+
+# -- the command line ---------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, words", [
+    (["os:getcwd", "-k", "2"], "returned str, not (model, example inputs)"),
+    (["nosuchmodule:f", "-k", "2"], "cannot import nosuchmodule"),
+    (["gpt", "-k", "0"], "-k/--stages: expected an integer in [1, 1024]"),
+    (["gpt", "-k", "2", "--memory", "nan"], "--memory: expected a finite number > 0"),
+    (["gpt", "-k", "2", "--batch", "6", "--microbatches", "4"], "not a multiple"),
+    (["gpt", "-k", "2", "--check"], "need --run"),
+])
+def test_cli_bad_input_is_one_line_and_status_2(capsys, tmp_path, argv, words):
+    code, out, err = _cli(capsys, "plan", *argv, "--out", tmp_path / "p")
+    assert code == 2 and out == "" and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "p").exists()
+
+
+def test_pipeline_command_refuses_a_spec_that_gives_no_model(capsys):
+    code, out, err = _cli(capsys, "pipeline", "stages", "--model", "os:getcwd", "--method", "dp", "-k", "1")
+    assert code == 2 and err.count("\n") == 1 and "os.getcwd() returned str" in err
+
+
+def test_cli_plan_of_a_zoo_model_writes_plan_graph_and_script(tmp_path, capsys):
+    code, out, err = _cli(capsys, "plan", "gpt", "-k", 2, "--repeats", 2, "--out", tmp_path, "--schedule", "gpipe",
+                          "--optimizer", "adam")
+    assert code == 0, err
+    assert {p.name for p in tmp_path.iterdir()} == {"plan.json", "graph.json", "run_pipeline.py"}
+    plan_json = json.loads((tmp_path / "plan.json").read_text())
+    assert plan_json["schedule"] == "gpipe" and plan_json["stage_memory"][0]["microbatches_in_flight"] == 4
+    assert plan_json["gap"] is not None and plan_json["bound_ms"] <= plan_json["objective_ms"] * (1 + 1e-9)
+    assert "proven bound" in out and "split points" in out
+    from devplace_lite.io import load_graph
+
+    g = load_graph(tmp_path / "graph.json")  # the written graph is a valid graph file
+    assert g.meta["segments"]["names"] == plan_json["segment_names"]
