@@ -4,32 +4,40 @@ Each bound holds for every split the latency model admits: any placement that re
 support, CPU times and memory caps, each accelerator running its nodes as convex calls (pieces)
 one after another. None of them looks at how many calls an accelerator runs except to count
 calls along a path (at most ``k q``), so each is valid for the latency IP with ``q`` calls per
-accelerator and for any larger ``q``.
+accelerator and for any larger ``q``. Two facts carry the strong ones: a call waits for all its
+inputs, then receives, computes and sends, so its end is at least the time any input is ready
+plus everything the call pays; and a call is convex, so a path that leaves it never comes back,
+and a call holding ``a`` and ``v`` holds every node on a path between them.
 
 * `critical_path_bound`: the longest path with every node at its fastest allowed time. Cheap,
   and weak where transfers and memory decide the answer.
 * `work_bound`: an accelerator runs its calls one after another, so the latency is at least its
   busy time; the nodes no CPU may run share the ``k`` accelerators.
-* `path_bound`: a dynamic program over the graph that follows each path through calls and
-  CPU nodes. A path enters a call once and leaves it once (calls are convex), so along a path a
-  call costs at least the accelerator time of the path's nodes in it plus the input it
-  receives and the output it sends; the nodes of a call fit in one accelerator's memory, and a
-  path visits at most ``k q`` calls. When an edge ``u -> v`` stays inside a call, so does every
-  node on a path from ``u`` to ``v`` (convexity again): the call computes and holds all of
-  them. The state of a node on an accelerator is (calls seen on paths into it, memory of the
-  nodes of its call that are its ancestors, in levels rounded down); each predecessor chooses
-  its own state (a relaxation), so the value is a lower bound on every node's ready time, by
-  the node's device type (`ReadyBounds`), and the largest is a lower bound on the latency. It closes most of the gap the critical path leaves
-  on chains of layers whose activations are expensive to move.
-* `latency_bound`: the largest of the three.
+* `path_bound`: a dynamic program that follows paths through calls and CPU nodes. Along a path
+  a call costs at least the accelerator time of its nodes there (with all the nodes between
+  two of them), the input it receives where the path enters and the output it sends where the
+  path leaves; those nodes fit in one accelerator's memory, and a path visits at most ``k q``
+  calls. A node's state is its device type and, on an accelerator, (calls on paths into it,
+  memory of its call's nodes among its ancestors, in levels rounded down).
+* `interval_bound`: a dynamic program whose state for a node ``v`` on an accelerator is the
+  first node ``a`` of its call among its ancestors (first in a fixed order): the call holds the
+  whole interval ``I(a, v)``, which must fit in memory exactly, and where the path leaves the
+  call at ``v -> w`` every node of ``I(a, v)`` that feeds ``w`` or anything after it sends its
+  output (a residual connection cut with its block).
+* `ready_bounds`, `latency_bound`: the best of them, per node and for the latency.
 * `latency_caps`: upper bounds on each node's ready time in any split of latency at most a
   given ``UB`` (chapter 04's exercise 2), which shrink the big-M rows of the latency IP.
 
-The ready-time bounds also lift the LP relaxation of the latency IP, which on its own proves no
-more than the critical path (chapter 04).
+In both programs each predecessor chooses its own state (a relaxation): the value at a node is
+a lower bound on its ready time on each device type (`ReadyBounds`), and the largest over the
+nodes a lower bound on the latency. The ready-time bounds also lift the LP relaxation of the
+latency IP, which on its own proves no more than the critical path (chapter 04). On the
+authors' latency workloads they close most of the gap the critical path leaves
+(``benchmarks/latency``); what they miss is a call's cost that no single path sees.
 
-Complexity: ``path_bound`` is ``O((n + m) k q S)`` time for ``S`` memory levels, and memory for
-the states of the nodes whose successors are not all done yet (the width of the graph).
+Complexity: ``path_bound`` is ``O((n + m) k q S)`` time for ``S`` memory levels and keeps the
+states of the nodes with successors still to do; ``interval_bound`` is ``O(n^3)`` (three
+matrix products) plus ``O(n (n + m))``.
 
 Example
 -------
@@ -55,6 +63,8 @@ from .graph import Graph
 
 #: Memory levels times calls per path: the size of a node's state in `path_bound`.
 STATE_CELLS = 16384
+#: Largest graph `interval_bound` takes on (it holds a few ``n x n`` matrices).
+INTERVAL_NODES = 3000
 
 
 def allowed_kinds(graph: Graph, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
@@ -236,8 +246,118 @@ def _intervals(graph: Graph, acc_ok: np.ndarray, mem: np.ndarray) -> dict[tuple[
     return out
 
 
+def _late_order(graph: Graph) -> np.ndarray:
+    """A topological order that puts every node as late as it can go: by the most edges on a
+    path from it to a sink, longest first (a weight read by one layer sits next to it)."""
+    topo = graph.topological_order()
+    tail = np.zeros(graph.n, dtype=np.int64)
+    for v in topo[::-1].tolist():
+        tail[v] = max((tail[w] + 1 for w in graph.succ[v]), default=0)
+    rank = np.empty(graph.n, dtype=np.int64)
+    rank[topo] = np.arange(graph.n)
+    return np.lexsort((rank, -tail))
+
+
+def interval_bound(graph: Graph, cluster: Cluster, late: bool = True,
+                   max_nodes: int = INTERVAL_NODES) -> ReadyBounds | None:
+    """The interval dynamic program of the module docstring (``None`` past ``max_nodes``).
+
+    The state of a node ``v`` on an accelerator is the first node ``a`` (in topological order)
+    of its call among its ancestors; the call then holds the interval ``I(a, v)`` of nodes on
+    paths from ``a`` to ``v`` (convexity), which must fit in memory. Bounded is
+    ``Q(v) = start + receives + accelerator time of the call's ancestors of v``::
+
+        Q(v, a) >= max( p_acc(I(a, v)),  max over predecessors u of the least of
+                        out(u -> v) + c(u) + p_acc(I(a, v))                (u elsewhere)
+                        min over a' not before a of Q(u, a') + p_acc(I(u, v) - u) )  (u in it)
+
+    and the call ends no earlier than ``Q(v, a)`` plus what it sends: every node of ``I(a, v)``
+    with a successor among ``w`` and the nodes after ``w`` sends, when ``v`` feeds ``w`` outside
+    the call (none of those can be in the call, again by convexity). ``out(v -> w)`` is the
+    least of that and ``v``'s CPU finish. ``O(n^3)`` for the interval sums (matrix products),
+    ``O(n (n + m))`` for the rest.
+    """
+    from .latency import reachability
+
+    n = graph.n
+    if n > max_nodes:
+        return None
+    acc_ok, cpu_ok = allowed_kinds(graph, cluster)
+    inf = np.inf
+    R = reachability(graph)
+    R[np.arange(n), np.arange(n)] = True  # R[a, v]: a = v or a path a -> v
+    Rf = R.astype(float)
+    # sums over I(a, v) = {x : a -> x -> v} of memory, accelerator time, nodes no accelerator runs
+    mem_i = (Rf * graph.memory) @ Rf
+    acc_i = (Rf * graph.p_acc) @ Rf
+    bad_i = (Rf * ~acc_ok) @ Rf
+    valid = R & (mem_i <= cluster.memory * (1 + 1e-12)) & (bad_i == 0) & acc_ok[None, :] & (cluster.k > 0)
+    adj = np.zeros((n, n))
+    adj[graph.src, graph.dst] = 1.0
+    after = (adj @ Rf.T) > 0  # after[x, w]: x feeds w or a node after w
+    topo = _late_order(graph) if late else graph.topological_order()
+    pos = np.empty(n, dtype=np.int64)
+    pos[topo] = np.arange(n)
+    p_cpu = np.where(cpu_ok, graph.p_cpu, inf)
+    comm = graph.comm
+    out: dict[tuple[int, int], float] = {}
+    states: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # v -> (its first nodes a by position, Q(v, a))
+    left = np.array([len(x) for x in graph.succ])
+    lb_cpu, lb_acc = np.full(n, inf), np.full(n, inf)
+    for v in topo.tolist():
+        preds = graph.pred[v]
+        if cpu_ok[v]:
+            lb_cpu[v] = p_cpu[v] + max((out[u, v] for u in preds), default=0.0)
+        A = np.flatnonzero(valid[:, v])
+        A = A[np.argsort(pos[A])]
+        # per predecessor, per state a of v: the value if it shares v's call (inf if it cannot)
+        inside = {}
+        for u in preds:
+            term = np.full(len(A), inf)
+            if u in states and valid[u, v]:
+                Au, qu = states[u]  # u's first node a' also shares v's call: I(a', v) must fit
+                qu = np.where(valid[Au, v], qu, inf)
+                suffix = np.concatenate([np.minimum.accumulate(qu[::-1])[::-1], [inf]])
+                term = suffix[np.searchsorted(pos[Au], pos[A])] + acc_i[u, v] - graph.p_acc[u]
+            inside[u] = term
+        # the call receives from every predecessor that cannot share it, all of them
+        forced = sum((np.isinf(inside[u]) * comm[u] for u in preds), np.zeros(len(A)))
+        q = acc_i[A, v] + forced
+        for u in preds:
+            outside = out[u, v] + acc_i[A, v] + forced + np.where(np.isinf(inside[u]), 0.0, comm[u])
+            np.maximum(q, np.minimum(inside[u], outside), out=q)
+        if len(A):
+            lb_acc[v] = q.min()
+            if left[v]:
+                states[v] = (A, q)
+        for w in graph.succ[v]:
+            best = lb_cpu[v]
+            if len(A):
+                sends = (R[A] & (R[:, v] & after[:, w])) @ comm  # I(a, v) nodes feeding w or later
+                best = min(best, float((q + sends).min()))
+            out[v, w] = best
+        for u in preds:
+            left[u] -= 1
+            if not left[u]:
+                states.pop(u, None)
+    ready = np.minimum(lb_cpu, lb_acc)
+    return ReadyBounds(lb_cpu, lb_acc, float(ready.max()) if n else 0.0, 0)
+
+
+def ready_bounds(graph: Graph, cluster: Cluster, q: int = 1) -> ReadyBounds:
+    """The larger, node by node, of `path_bound` and `interval_bound` (both are lower bounds on
+    every node's ready time on each device type)."""
+    p = path_bound(graph, cluster, q)
+    i = interval_bound(graph, cluster)
+    if i is None:
+        return p
+    cpu, acc = np.maximum(p.cpu, i.cpu), np.maximum(p.acc, i.acc)
+    return ReadyBounds(cpu, acc, float(np.minimum(cpu, acc).max()) if graph.n else 0.0, p.levels)
+
+
 def latency_bound(graph: Graph, cluster: Cluster, q: int = 1) -> tuple[float, str]:
     """The best of the bounds above: ``(bound, name of the bound that gave it)``."""
+    ready = ready_bounds(graph, cluster, q)
     cands = [(critical_path_bound(graph, cluster), "critical-path"), (work_bound(graph, cluster), "work"),
-             (path_bound(graph, cluster, q).bound, "path")]
+             (ready.bound, "path")]
     return max(cands, key=lambda t: t[0])

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from devplace_lite.devices import Cluster
 from devplace_lite.graph import Graph, Node
 from devplace_lite.latency import exhaustive_latency
-from devplace_lite.latency_bounds import (critical_path_bound, latency_bound, memory_levels, path_bound,
-                                          work_bound)
+from devplace_lite.latency_bounds import (critical_path_bound, interval_bound, latency_bound, memory_levels,
+                                          path_bound, ready_bounds, work_bound)
 
 
 def brute_latency(graph: Graph, cluster: Cluster) -> float:
@@ -100,9 +100,10 @@ def test_bounds_never_exceed_the_exhaustive_optimum(inst):
     truth = brute_latency(g, c)
     for name, b in (("critical path", critical_path_bound(g, c)), ("work", work_bound(g, c)),
                     ("path", path_bound(g, c).bound), ("path, coarse memory", path_bound(g, c, cells=16).bound),
+                    ("interval", interval_bound(g, c).bound), ("interval, first order", interval_bound(g, c, late=False).bound),
                     ("best", latency_bound(g, c)[0])):
         assert b <= truth + 1e-9, (name, b, truth)
-    ready = path_bound(g, c)
+    ready = ready_bounds(g, c)
     if math.isfinite(truth):
         assert np.all(np.isfinite(ready.ready))
 
@@ -113,7 +114,7 @@ def test_path_bound_holds_with_two_calls_per_accelerator(inst):
     g, c = inst
     r = exhaustive_latency(g, c, q=2)
     truth = math.inf if r.objective is None else r.objective
-    assert path_bound(g, c, q=2).bound <= truth + 1e-9
+    assert ready_bounds(g, c, q=2).bound <= truth + 1e-9
 
 
 def test_brute_force_matches_the_library_exhaustive_search():
@@ -161,3 +162,18 @@ def test_work_bound_counts_only_what_no_cpu_may_run():
     g = Graph([Node("a", p_acc=4.0), Node("b", p_acc=2.0, p_cpu=1.0)], [])
     assert work_bound(g, Cluster(2, 1)) == 2.0
     assert work_bound(g, Cluster(1, 1)) == 4.0
+
+
+def test_interval_bound_charges_the_skip_connection_a_cut_crosses():
+    """x -> y -> z -> add and x -> add, two nodes per accelerator: the cut between y and z also
+    cuts x's large output to add. One path sees only y's small output or only x's; the interval
+    bound sees that the call holding x and y sends both."""
+    g = Graph([Node("x", p_acc=1.0, comm=5.0, memory=1.0), Node("y", p_acc=1.0, comm=0.1, memory=1.0),
+               Node("z", p_acc=1.0, comm=0.1, memory=1.0), Node("add", p_acc=1.0, memory=1.0)],
+              [("x", "y"), ("y", "z"), ("z", "add"), ("x", "add")])
+    c = Cluster(2, 0, memory=2.0)
+    truth = brute_latency(g, c)
+    assert truth == pytest.approx(14.2)
+    path, interval = path_bound(g, c).bound, interval_bound(g, c).bound
+    assert path == pytest.approx(12.0) and path < interval <= truth + 1e-9
+    assert latency_bound(g, c)[0] == pytest.approx(interval)

@@ -25,7 +25,7 @@ Formulation (after Tarnawski et al., 2020). Slots ``s = (d, j)``, ``j < q``; ``x
 The big-M rows switch a time row off when its indicator is 0, and an ``M`` must exceed every
 time it can meet in the splits we care about. We start from the best split we know (its
 latency ``UB``) and ask for no worse, so every time is at most ``UB``; each node's ready time
-is at least ``low(v)`` (by device type, `devplace_lite.latency_bounds.path_bound`) and at
+is at least ``low(v)`` (by device type, `devplace_lite.latency_bounds.ready_bounds`) and at
 most ``cap(v) = UB - tail(v)`` (`devplace_lite.latency_bounds.latency_caps`), which gives
 each row its own ``M``. With the 0/1 variables fractional every big-M row is mostly off, so
 the relaxation proves what those ready-time bounds prove and little more; the solver's bound
@@ -63,7 +63,7 @@ from ..cost import as_assignment
 from ..devices import Cluster
 from ..graph import Graph, GraphError
 from ..latency import evaluate_latency, pieces_dict, reentry_pieces
-from ..latency_bounds import (ReadyBounds, critical_path_bound, earliest_finish, latency_caps, path_bound,
+from ..latency_bounds import (ReadyBounds, critical_path_bound, earliest_finish, latency_caps, ready_bounds,
                               work_bound)
 from ..latency_search import Blocks, finish_share, improve, start_splits
 from ..result import Result
@@ -302,7 +302,7 @@ def latency_ip(graph: Graph, cluster: Cluster, q: int = 1, *, solver: str = "sci
         extra["reason"] = f"node {v} fits on no device (memory, support or CPU time)"
         return Result("ip", graph, cluster, None, None, "infeasible", seconds(), extra=extra)
     start = _pick_start(graph, cluster, q, warm_start, time_limit, seed, extra)
-    ready = path_bound(graph, cluster, q)
+    ready = ready_bounds(graph, cluster, q)
     lower = max(critical_path_bound(graph, cluster), work_bound(graph, cluster), ready.bound)
     scored = [] if start is None else [(start[3], start[1], start[2], start[0])]
     if start is not None and lower >= start[3] * (1 - 1e-9):
