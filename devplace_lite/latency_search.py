@@ -23,9 +23,12 @@ splits fast and prove nothing (a `Result`'s ``bound`` is `devplace_lite.latency_
   neighbour's device, to the CPU or to a free accelerator; a whole call merged into another or
   sent to the CPU; and re-sequencing: `order_split` on the order in which the current split's
   schedule starts the blocks, kept when it is better. Every move is scored by
-  `devplace_lite.latency.call_latency`; the first improving one is taken, in a seeded random
-  order, until none improves or the time is up.
-* `local_search`: the best start, improved (the registry's ``local-search``).
+  `devplace_lite.latency.call_latency` (``O(n + m)``); the first improving one is taken, in a
+  seeded random order, until none improves. Then kicks (re-sequencing with noise on the start
+  times, or a few random moves) followed by the same descent, keeping the best, until the time
+  is up (an iterated local search).
+* `local_search`: the best start, improved (the registry's ``local-search``); ``optimal`` when
+  the bound of `devplace_lite.latency_bounds` meets it.
 
 Example
 -------
@@ -55,11 +58,11 @@ from .latency_bounds import latency_bound
 from .result import Result
 from .units import pipeline_units
 
-#: Partition methods whose splits seed the latency search: cheap ones, and the throughput DP.
 #: Kicks of the local search when it has no deadline.
 ROUNDS = 20
 #: Seconds the throughput DP may take for a start when no deadline is given.
 DP_SECONDS = 10.0
+#: Partition methods whose splits seed the latency search: the throughput DP, then cheap ones.
 PARTITION_STARTS = ("dp", "linear", "single", "uniform", "parameters", "time", "greedy", "topo-fill", "pipedream",
                     "heft")
 
@@ -126,6 +129,11 @@ class Blocks:
     @cached_property
     def nodes(self) -> list[np.ndarray]:
         return unit_blocks(self.graph)
+
+    @cached_property
+    def first(self) -> np.ndarray:
+        """One node of each block (a block's nodes share a device)."""
+        return np.array([nodes[0] for nodes in self.nodes], dtype=np.int64)
 
     @cached_property
     def of(self) -> np.ndarray:
@@ -315,12 +323,13 @@ def fit_calls(graph: Graph, cluster: Cluster, a: np.ndarray, q: int = 1) -> np.n
 
 
 def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = None, seed: int = 0,
-                 blocks: Blocks | None = None) -> list[tuple[str, np.ndarray, float]]:
+                 blocks: Blocks | None = None, target: float = -math.inf) -> list[tuple[str, np.ndarray, float]]:
     """Every cheap split of the module docstring as ``(name, assignment, latency)``, each with
     one convex call per accelerator and no violation: the greedy and the order splits first,
     then the partition methods, each given the time left before ``deadline`` (a
     `time.perf_counter` value; once it has passed, the rest are skipped; ``None``: the
-    throughput DP gets `DP_SECONDS`)."""
+    throughput DP gets `DP_SECONDS`). Once a split reaches ``target`` (a lower bound), the
+    rest are skipped: none can be better."""
     from .cost import violations
 
     blocks = blocks or Blocks(graph, cluster)
@@ -344,7 +353,7 @@ def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = Non
         add("cpu", np.full(graph.n, cluster.k, dtype=np.int64))
     for name in PARTITION_STARTS:
         left = DP_SECONDS if deadline is None else deadline - time.perf_counter()
-        if left <= 0:
+        if left <= 0 or _reached(min((v for _, _, v in out), default=math.inf), target):
             break
         try:
             r = methods.resolve(methods.PARTITION, name)(graph, cluster, time_limit=left, seed=seed)
@@ -356,21 +365,32 @@ def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = Non
 
 # -- local search --------------------------------------------------------------------------------------
 def improve(graph: Graph, cluster: Cluster, a: np.ndarray, *, deadline: float | None = None, seed: int = 0,
-            blocks: Blocks | None = None, rounds: int = ROUNDS) -> tuple[np.ndarray, float, int]:
+            blocks: Blocks | None = None, rounds: int = ROUNDS,
+            target: float = -math.inf) -> tuple[np.ndarray, float, int]:
     """The local search of the module docstring from ``a`` (one convex call per accelerator, no
     violation): descend to a local optimum, then kick and descend again, keeping the best, until
-    ``deadline`` (a `time.perf_counter` value) or, without one, for ``rounds`` kicks. Returns the
-    best split, its latency and the number of improving moves taken."""
+    ``deadline`` (a `time.perf_counter` value) or, without one, for ``rounds`` kicks, or until
+    the latency reaches ``target`` (a lower bound). Returns the best split, its latency and the
+    number of improving moves taken."""
     blocks = blocks or Blocks(graph, cluster)
     rng = np.random.default_rng(seed)
-    a, best, taken = _descend(blocks, np.array(a, dtype=np.int64), rng, deadline)
+    a = np.array(a, dtype=np.int64)
+    if _reached(call_latency(graph, cluster, a), target):
+        return a, call_latency(graph, cluster, a), 0
+    a, best, taken = _descend(blocks, a, rng, deadline)
     done = 0
-    while (time.perf_counter() < deadline) if deadline is not None else done < rounds:
+    while not _reached(best, target) and (
+            (time.perf_counter() < deadline) if deadline is not None else done < rounds):
         done += 1
         b, val, moves = _descend(blocks, _kick(blocks, a, best, rng), rng, deadline)
         if val < best - 1e-9 * max(1.0, best):
             a, best, taken = b, val, taken + moves + 1
     return a, best, taken
+
+
+def _reached(value: float, target: float) -> bool:
+    """Whether ``value`` meets the lower bound ``target`` (to rounding): nothing can beat it."""
+    return value <= target + 1e-9 * max(1.0, abs(target))
 
 
 def _descend(blocks: Blocks, a: np.ndarray, rng: np.random.Generator,
@@ -428,7 +448,7 @@ def _moves(blocks: Blocks, a: np.ndarray, rng: np.random.Generator) -> list[tupl
     ``("call", d, e)`` moves every node of accelerator ``d`` to device ``e``."""
     k = blocks.cluster.k
     succ, pred = blocks.arcs
-    dev = np.array([a[nodes[0]] for nodes in blocks.nodes], dtype=np.int64)
+    dev = a[blocks.first]
     used = sorted(set(dev[dev < k].tolist()))
     free = [d for d in range(k) if d not in used][:1]
     cpu = [k] if blocks.cluster.l else []
@@ -454,12 +474,12 @@ def _apply(blocks: Blocks, a: np.ndarray, move: tuple) -> np.ndarray | None:
     k, cap = blocks.cluster.k, blocks.cluster.memory
     kind, x, d = move
     if kind == "block":
-        if a[blocks.nodes[x][0]] == d:
+        if a[blocks.first[x]] == d:
             return None
         moved = np.zeros(len(blocks.nodes), dtype=bool)
         moved[x] = True
     else:
-        moved = np.array([a[nodes[0]] == x for nodes in blocks.nodes])
+        moved = a[blocks.first] == x
     if d < k:
         if not blocks.acc_ok[moved].all():
             return None
@@ -487,7 +507,7 @@ def _schedule_order(blocks: Blocks, a: np.ndarray, noise: np.ndarray | None = No
     first = np.array([start[nodes].min() for nodes in blocks.nodes])
     if noise is not None:
         first = first + noise
-    dev = np.array([a[nodes[0]] for nodes in blocks.nodes])
+    dev = a[blocks.first]
     return blocks.order(lambda b: (first[b], int(dev[b]), b))
 
 
@@ -501,18 +521,15 @@ def local_search(graph: Graph, cluster: Cluster, *, time_limit: float | None = N
     t0 = time.perf_counter()
     end = None if time_limit is None else t0 + finish_share(time_limit)
     blocks = Blocks(graph, cluster)
-    starts = start_splits(graph, cluster, deadline=None if end is None else t0 + 0.15 * time_limit, seed=seed,
-                          blocks=blocks)
     bound, bound_name = latency_bound(graph, cluster)
+    starts = start_splits(graph, cluster, deadline=None if end is None else t0 + 0.15 * time_limit, seed=seed,
+                          blocks=blocks, target=bound)
     if not starts:
         return Result("local-search", graph, cluster, None, None, "infeasible", time.perf_counter() - t0,
                       bound=bound if math.isfinite(bound) else None,
                       extra={"objective_kind": "latency", "q": 1, "reason": "no start split fits"})
     name, a, val = min(starts, key=lambda s: s[2])
-    if bound < val * (1 - 1e-9):
-        a, _, taken = improve(graph, cluster, a, deadline=end, seed=seed, blocks=blocks)
-    else:
-        taken = 0
+    a, _, taken = improve(graph, cluster, a, deadline=end, seed=seed, blocks=blocks, target=bound)
     r = _latency_result("local-search", graph, cluster, a, t0, bound=bound, warm_start=name, start_objective=val,
                         moves=taken, bound_method=bound_name, starts={n: v for n, _, v in starts})
     if r.bound is not None and r.bound >= r.objective * (1 - 1e-9):
@@ -525,7 +542,3 @@ def finish_share(time_limit: float) -> float:
     for scoring, writing the answer and a loaded machine."""
     return max(0.5 * time_limit, 0.95 * time_limit - 0.25)
 
-
-def greedy(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
-    """The registry's greedy (``devplace latency --method greedy``)."""
-    return greedy_latency(graph, cluster, time_limit=time_limit, seed=seed)

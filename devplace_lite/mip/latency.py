@@ -301,9 +301,9 @@ def latency_ip(graph: Graph, cluster: Cluster, q: int = 1, *, solver: str = "sci
         v = graph.nodes[int(np.flatnonzero(data.unit == nowhere[0])[0])].id
         extra["reason"] = f"node {v} fits on no device (memory, support or CPU time)"
         return Result("ip", graph, cluster, None, None, "infeasible", seconds(), extra=extra)
-    start = _pick_start(graph, cluster, q, warm_start, time_limit, seed, extra)
     ready = ready_bounds(graph, cluster, q)
     lower = max(critical_path_bound(graph, cluster), work_bound(graph, cluster), ready.bound)
+    start = _pick_start(graph, cluster, q, warm_start, time_limit, seed, lower, extra)
     scored = [] if start is None else [(start[3], start[1], start[2], start[0])]
     if start is not None and lower >= start[3] * (1 - 1e-9):
         status, sol = "optimal", None  # the path bound meets the start: nothing left to solve
@@ -314,7 +314,7 @@ def latency_ip(graph: Graph, cluster: Cluster, q: int = 1, *, solver: str = "sci
         if sol is None:  # too little time to hand the model over: the local search goes on instead
             status = "time_limit"
             if start is not None and warm_start == "auto":
-                a, val, _ = improve(graph, cluster, start[1], deadline=deadline, seed=seed + 1)
+                a, val, _ = improve(graph, cluster, start[1], deadline=deadline, seed=seed + 1, target=lower)
                 if val < start[3]:
                     scored.append((val, a, np.where(a < cluster.k, 0, -1), "local search"))
                     extra["starts"]["local search"] = min(val, extra["starts"].get("local search", val))
@@ -373,22 +373,22 @@ def _run_model(graph, cluster, data, q, start, ready, symmetry, solver, gap, see
 
 
 def _pick_start(graph: Graph, cluster: Cluster, q: int, warm_start, time_limit: float | None, seed: int,
-                extra: dict):
+                lower: float, extra: dict):
     """``(name, assignment, pieces, latency)`` of the start, or ``None``; records every start
-    tried in ``extra["starts"]``."""
+    tried in ``extra["starts"]``. The search stops early when a start meets ``lower``."""
     if warm_start is None or warm_start is False:
         return None
     if isinstance(warm_start, str) and warm_start == "auto":
         t0 = time.perf_counter()
         blocks = Blocks(graph, cluster)
         cands = start_splits(graph, cluster, deadline=None if time_limit is None else t0 + 0.15 * time_limit,
-                             seed=seed, blocks=blocks)
+                             seed=seed, blocks=blocks, target=lower)
         if not cands:
             return None
         extra["starts"] = {name: val for name, _, val in cands}
         name, a, val = min(cands, key=lambda s: s[2])
         deadline = None if time_limit is None else t0 + SEARCH_SHARE * time_limit
-        a, val2, moves = improve(graph, cluster, a, deadline=deadline, seed=seed, blocks=blocks)
+        a, val2, _ = improve(graph, cluster, a, deadline=deadline, seed=seed, blocks=blocks, target=lower)
         if val2 < val:
             extra["starts"]["local search"] = val2
             name = f"local search from {name}"
