@@ -42,6 +42,7 @@ ROOT = HERE.parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference" / "msr-dnn-partitioning" / "latency-inputs"
 METHODS = ("ip", "local-search")
 DP_SECONDS = 30.0
+AUTHORS_SECONDS = 120.0
 
 
 def run_cli(path: Path, method: str, limit: float) -> dict:
@@ -67,9 +68,14 @@ def run_cli(path: Path, method: str, limit: float) -> dict:
 
 
 def authors_split(binary: str, path: Path, g, c) -> float | None:
-    """Latency of the split an authors' tool writes (JSON with ``fpgas`` and ``cpus`` node lists)."""
+    """Latency of the split an authors' tool writes (JSON with ``fpgas`` and ``cpus`` node lists);
+    ``None`` when it writes none within `AUTHORS_SECONDS` (their DP on Inception-v3 runs for
+    many minutes and gigabytes: REFERENCES.md)."""
     with open(path) as f:
-        proc = subprocess.run([binary], stdin=f, capture_output=True, text=True)
+        try:
+            proc = subprocess.run([binary], stdin=f, capture_output=True, text=True, timeout=AUTHORS_SECONDS)
+        except subprocess.TimeoutExpired:
+            return None
     try:
         out, _ = json.JSONDecoder().raw_decode(proc.stdout.lstrip())
     except ValueError:
