@@ -42,12 +42,12 @@ Example
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from dataclasses import dataclass
 from functools import cached_property
 
+import networkx as nx
 import numpy as np
 
 from . import methods
@@ -170,32 +170,23 @@ class Blocks:
         return np.isfinite(self.p_cpu)
 
     @cached_property
-    def arcs(self) -> tuple[list[list[int]], list[list[int]]]:
-        """Successor and predecessor lists of the block graph (a DAG)."""
+    def dag(self) -> nx.DiGraph:
+        """The graph of the blocks (a DAG: blocks that would form a cycle are fused)."""
         s, t = self.of[self.graph.src], self.of[self.graph.dst]
-        B = len(self.nodes)
-        succ: list[list[int]] = [[] for _ in range(B)]
-        pred: list[list[int]] = [[] for _ in range(B)]
-        for x, y in set(zip(s[s != t].tolist(), t[s != t].tolist())):
-            succ[x].append(y)
-            pred[y].append(x)
-        return succ, pred
+        d = nx.DiGraph()
+        d.add_nodes_from(range(len(self.nodes)))
+        d.add_edges_from(zip(s[s != t].tolist(), t[s != t].tolist()))
+        return d
+
+    @cached_property
+    def arcs(self) -> tuple[list[list[int]], list[list[int]]]:
+        """Successor and predecessor lists of the blocks."""
+        d = self.dag
+        return [list(d.successors(b)) for b in d], [list(d.predecessors(b)) for b in d]
 
     def order(self, key) -> np.ndarray:
         """A topological order of the blocks, taking among the ready ones the least ``key(b)``."""
-        succ, pred = self.arcs
-        indeg = np.array([len(p) for p in pred])
-        heap = [(key(b), b) for b in range(len(self.nodes)) if indeg[b] == 0]
-        heapq.heapify(heap)
-        out = []
-        while heap:
-            _, b = heapq.heappop(heap)
-            out.append(b)
-            for y in succ[b]:
-                indeg[y] -= 1
-                if indeg[y] == 0:
-                    heapq.heappush(heap, (key(y), y))
-        return np.array(out, dtype=np.int64)
+        return np.fromiter(nx.lexicographical_topological_sort(self.dag, key=key), dtype=np.int64)
 
     def orders(self) -> dict[str, np.ndarray]:
         """Three orders: the blocks' own (topological), depth first (a block's successors as soon
