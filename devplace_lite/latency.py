@@ -169,51 +169,46 @@ def _as_pieces(graph: Graph, cluster: Cluster, a: np.ndarray, pieces) -> np.ndar
 
 def _schedule(graph: Graph, cluster: Cluster, a: np.ndarray, pieces: np.ndarray):
     """Least finish times of the events (CPU nodes and calls) and whether a cycle blocks them."""
-    k = cluster.k
+    k, n = cluster.k, graph.n
     on_acc = a < k
-    # events: one per CPU node, one per (device, slot) call
-    keys = sorted({(int(a[v]), int(pieces[v])) for v in np.flatnonzero(on_acc)})
-    call_id = {key: i for i, key in enumerate(keys)}
-    cpu_nodes = np.flatnonzero(~on_acc)
-    ev = np.empty(graph.n, dtype=np.int64)
-    ev[cpu_nodes] = len(keys) + np.arange(len(cpu_nodes))
-    for v in np.flatnonzero(on_acc).tolist():
-        ev[v] = call_id[(int(a[v]), int(pieces[v]))]
-    E = len(keys) + len(cpu_nodes)
+    # events: one per (device, slot) call, in (device, slot) order, then one per CPU node
+    acc_nodes, cpu_nodes = np.flatnonzero(on_acc), np.flatnonzero(~on_acc)
+    span = int(pieces.max(initial=0)) + 1
+    codes, call_of = np.unique(a[acc_nodes] * span + pieces[acc_nodes], return_inverse=True)
+    keys = [(int(x) // span, int(x) % span) for x in codes]
+    C = len(keys)
+    ev = np.empty(n, dtype=np.int64)
+    ev[acc_nodes] = call_of.reshape(-1)
+    ev[cpu_nodes] = C + np.arange(len(cpu_nodes))
+    E = C + len(cpu_nodes)
     weight = np.zeros(E)
-    p_cpu = np.where(np.isnan(graph.p_cpu), np.inf, graph.p_cpu)
-    weight[len(keys):] = p_cpu[cpu_nodes]
-    compute = np.bincount(ev[on_acc], weights=graph.p_acc[on_acc], minlength=E)[:len(keys)]
-    weight[:len(keys)] += compute
+    weight[C:] = np.where(np.isnan(graph.p_cpu[cpu_nodes]), np.inf, graph.p_cpu[cpu_nodes])
+    compute = np.bincount(ev[acc_nodes], weights=graph.p_acc[acc_nodes], minlength=C)[:C]
     es, ed = ev[graph.src], ev[graph.dst]
     cross = es != ed
     src, dst = graph.src[cross], graph.dst[cross]
     # (call, producer) pairs: received (consumer on an accelerator) or sent (producer on one)
-    pairs = set()
-    for u, w in zip(src.tolist(), dst.tolist()):
-        if on_acc[w]:
-            pairs.add((int(ev[w]), u))
-        if on_acc[u]:
-            pairs.add((int(ev[u]), u))
-    transfers = np.zeros(len(keys))
-    for e, u in pairs:
-        transfers[e] += graph.comm[u]
-    weight[:len(keys)] += transfers
-    arcs = set(zip(es[cross].tolist(), ed[cross].tolist()))
-    for (d0, _), (d1, _), i in zip(keys, keys[1:], range(len(keys) - 1)):
-        if d0 == d1:  # the next call of the same device
-            arcs.add((i, i + 1))
-    finish, blocked = _longest(E, weight, arcs)
-    return keys, ev, finish, blocked, compute, transfers
+    recv, send = on_acc[dst], on_acc[src]
+    pair = np.unique(np.concatenate([ev[dst[recv]] * n + src[recv], ev[src[send]] * n + src[send]]))
+    transfers = np.bincount(pair // n, weights=graph.comm[pair % n], minlength=C)[:C]
+    weight[:C] = compute + transfers
+    code = np.unique(es[cross] * E + ed[cross])
+    arc_src, arc_dst = code // E, code % E
+    same = np.flatnonzero(codes[1:] // span == codes[:-1] // span)  # the next call of the same device
+    if len(same):
+        arc_src, arc_dst = np.concatenate([arc_src, same]), np.concatenate([arc_dst, same + 1])
+    finish, blocked, cyclic = _longest(E, weight, arc_src, arc_dst)
+    return keys, ev, finish, blocked, cyclic, compute, transfers
 
 
-def _longest(E: int, weight: np.ndarray, arcs: set[tuple[int, int]]) -> tuple[np.ndarray, bool]:
+def _longest(E: int, weight: np.ndarray, srcs: np.ndarray, dsts: np.ndarray) -> tuple[np.ndarray, bool, bool]:
     """F(e) = weight(e) + max(0, max over arcs p -> e of F(p)); a cycle through positive weight
-    makes its events (and what follows) infinite."""
-    arcs_l = sorted(arcs)
-    srcs = np.array([p for p, _ in arcs_l], dtype=np.int64)
-    dsts = np.array([q for _, q in arcs_l], dtype=np.int64)
-    n_comp, comp = connected_components(csr_matrix((np.ones(len(arcs_l)), (srcs, dsts)), shape=(E, E)),
+    makes its events (and what follows) infinite. Returns the finish times, whether such a
+    cycle exists, and whether any cycle does."""
+    finish = _kahn_longest(E, weight, srcs, dsts)
+    if finish is not None:
+        return finish, False, False
+    n_comp, comp = connected_components(csr_matrix((np.ones(len(srcs)), (srcs, dsts)), shape=(E, E)),
                                         directed=True, connection="strong")
     size = np.bincount(comp, minlength=n_comp)
     positive = np.zeros(n_comp, dtype=bool)
@@ -223,25 +218,33 @@ def _longest(E: int, weight: np.ndarray, arcs: set[tuple[int, int]]) -> tuple[np
     cw = np.where(size > 1, np.where(positive, np.inf, 0.0), 0.0)
     single = size[comp] == 1
     cw[comp[single]] = weight[single]
-    succ: list[set[int]] = [set() for _ in range(n_comp)]
-    indeg = np.zeros(n_comp, dtype=np.int64)
-    for p, q in arcs_l:
-        cp, cq = comp[p], comp[q]
-        if cp != cq and cq not in succ[cp]:
-            succ[cp].add(cq)
-            indeg[cq] += 1
-    ready = [c for c in range(n_comp) if indeg[c] == 0]
-    start = np.zeros(n_comp)
-    cf = np.zeros(n_comp)
+    cs, cd = comp[srcs], comp[dsts]
+    keep = cs != cd
+    code = np.unique(cs[keep] * n_comp + cd[keep])
+    return _kahn_longest(n_comp, cw, code // n_comp, code % n_comp)[comp], blocked, True
+
+
+def _kahn_longest(E: int, weight: np.ndarray, srcs: np.ndarray, dsts: np.ndarray) -> np.ndarray | None:
+    """Longest finish times over a DAG of events by Kahn's algorithm; ``None`` on a cycle."""
+    order = np.argsort(srcs, kind="stable")
+    heads = np.searchsorted(srcs[order], np.arange(E + 1)).tolist()
+    succ = dsts[order].tolist()
+    indeg = np.bincount(dsts, minlength=E).tolist()
+    ready = [e for e in range(E) if indeg[e] == 0]
+    start = [0.0] * E
+    finish = weight.tolist()
+    done = 0
     while ready:
-        c = ready.pop()
-        cf[c] = start[c] + cw[c]
-        for q in succ[c]:
-            start[q] = max(start[q], cf[c])
+        e = ready.pop()
+        done += 1
+        f = finish[e] = start[e] + finish[e]
+        for q in succ[heads[e]:heads[e + 1]]:
+            if f > start[q]:
+                start[q] = f
             indeg[q] -= 1
             if indeg[q] == 0:
                 ready.append(q)
-    return cf[comp], blocked
+    return np.array(finish) if done == E else None
 
 
 def evaluate_latency(graph: Graph, cluster: Cluster, placement: Placement,
@@ -257,10 +260,10 @@ def evaluate_latency(graph: Graph, cluster: Cluster, placement: Placement,
         cut, p = "reentry", reentry_pieces(graph, cluster, a)
     else:
         cut, p = "given", _as_pieces(graph, cluster, a, pieces)
-    keys, ev, finish, blocked, compute, transfers = _schedule(graph, cluster, a, p)
+    keys, ev, finish, blocked, _, compute, transfers = _schedule(graph, cluster, a, p)
     if blocked and pieces is None:
         cut, p = "levels", level_pieces(graph, cluster, a)
-        keys, ev, finish, blocked, compute, transfers = _schedule(graph, cluster, a, p)
+        keys, ev, finish, blocked, _, compute, transfers = _schedule(graph, cluster, a, p)
     node_finish = finish[ev]
     calls = []
     for i, (d, s) in enumerate(keys):
@@ -270,6 +273,19 @@ def evaluate_latency(graph: Graph, cluster: Cluster, placement: Placement,
                           float(transfers[i])))
     latency = float(node_finish.max()) if graph.n else 0.0
     return LatencyEvaluation(latency, node_finish, p, calls, cut, blocked, violations(graph, cluster, a))
+
+
+def call_latency(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> float:
+    """The latency of a placement whose accelerators each run all their nodes as one call, or
+    ``inf`` when that is no split of the model: some accelerator's nodes are not convex (a path
+    leaves them and comes back), or the calls wait on each other in a cycle. Memory, support
+    and colocation are not checked (`evaluate_latency` does); local searches that only make
+    allowed moves call this one, in ``O(n + m)``."""
+    a = np.asarray(assignment, dtype=np.int64)
+    _, _, finish, _, cyclic, _, _ = _schedule(graph, cluster, a, np.where(a < cluster.k, 0, -1))
+    if cyclic:
+        return math.inf
+    return float(finish.max()) if graph.n else 0.0
 
 
 def latency_of(result: Result) -> float:

@@ -36,7 +36,8 @@ PARTITION: dict[str, str] = {
     "ip": "mip.throughput:ip_chain", "ip-contig": "mip.throughput:ip_contiguous", "ip-noncontig": "mip.throughput:ip_noncontiguous",
 }
 
-LATENCY: dict[str, str] = {"ip": "mip.latency:ip", "greedy": "mip.latency:greedy"}
+LATENCY: dict[str, str] = {"ip": "mip.latency:ip", "greedy": "latency_search:greedy_latency",
+                           "local-search": "latency_search:local_search"}
 
 BOUND: dict[str, str] = {
     "combinatorial": "bounds.combinatorial:combinatorial_bound", "stage-relax": "bounds:stage_relax",

@@ -13,7 +13,8 @@ from devplace_lite.generators import generate
 from devplace_lite.graph import GraphError, Node
 from devplace_lite.io import save_graph
 from devplace_lite.latency import evaluate_latency, exhaustive_latency, latency_of, reentry_pieces
-from devplace_lite.mip.latency import _LatencyModel, greedy_latency, latency_ip, unit_blocks
+from devplace_lite.latency_search import greedy_latency, unit_blocks
+from devplace_lite.mip.latency import _LatencyModel, latency_ip
 from devplace_lite.mip.throughput import UnitData
 
 FAMILIES = ["layered", "series_parallel", "skip_chain", "cells", "random"]

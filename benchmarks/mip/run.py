@@ -24,7 +24,8 @@ from pathlib import Path
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.io import load_graph, read_json, write_json_atomic
-from devplace_lite.mip.latency import greedy_latency, latency_ip
+from devplace_lite.latency_search import greedy_latency
+from devplace_lite.mip.latency import latency_ip
 from devplace_lite.mip.throughput import throughput_ip
 
 HERE = Path(__file__).parent

@@ -13,7 +13,7 @@ from ..exhaustive import batch_loads
 from ..generators import generate
 from ..graph import Graph, Node
 from ..latency import evaluate_latency, reachability
-from ..mip.latency import critical_path_bound
+from ..latency_bounds import critical_path_bound, latency_caps
 from .core import Case, close, first_slip, register
 
 FAMILIES = ["cells", "layered", "random", "series_parallel", "skip_chain"]
@@ -44,31 +44,6 @@ def _may_run(graph: Graph, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
 
 
 # -- 04.2  per-node caps on the ready times --------------------------------------------------------
-
-
-def latency_caps(graph: Graph, cluster: Cluster, ub: float) -> np.ndarray:
-    """``ub - tail(u)`` per node: ``tail(u)`` is the least time that must pass, in every schedule of
-    the latency model, between ``u``'s output being ready and the end; so a split of latency at
-    most ``ub`` has ``L[u] <= ub - tail(u)``.
-
-    ``tail(u) = max over successors w of (delta(u, w) + tail(w))``, 0 at a sink, where
-    ``delta(u, w)`` is the least of: 0 when both may run on an accelerator (one call: ``u`` and
-    ``w`` are ready together); ``p_cpu(w)`` when ``w`` may run on the CPU; ``p_acc(w) + c(u)``
-    when ``w`` may run on an accelerator (a call that receives ``u``'s output after it is ready).
-    """
-    acc, cpu = _may_run(graph, cluster)
-    tail = np.zeros(graph.n)
-    for u in graph.topological_order()[::-1].tolist():
-        for w in graph.succ[u]:
-            options = []
-            if acc[u] and acc[w]:
-                options.append(0.0)
-            if cpu[w]:
-                options.append(float(graph.p_cpu[w]))
-            if acc[w]:
-                options.append(float(graph.p_acc[w] + graph.comm[u]))
-            tail[u] = max(tail[u], min(options) + tail[w])
-    return float(ub) - tail
 
 
 def _caps_cases(rng: np.random.Generator, i: int) -> Case:

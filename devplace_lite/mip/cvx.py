@@ -122,7 +122,8 @@ def latency_problem(graph: Graph, cluster: Cluster, q: int = 1, big_m: float | N
     """
     import cvxpy as cp
 
-    from .latency import earliest_finish, universal_big_m
+    from ..latency_bounds import earliest_finish
+    from .latency import universal_big_m
 
     d = UnitData(graph, cluster)
     n, k, U = graph.n, cluster.k, d.U

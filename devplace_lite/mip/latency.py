@@ -1,4 +1,4 @@
-"""The latency integer program (inference, one sample) and the greedy baseline it is judged by.
+"""The latency integer program (inference, one sample), warm-started from every cheap split.
 
 Problem: place every node on an accelerator or on the CPU so that the single-sample latency
 of `devplace_lite.latency` is least. Each accelerator runs at most ``q`` calls (*slots*), each
@@ -15,21 +15,26 @@ Formulation (after Tarnawski et al., 2020). Slots ``s = (d, j)``, ``j < q``; ``x
     o[u,s] >= x[u,s] - x[w,s]                          u's output leaves slot s
     z[v,s] >= x[v,s], z[w,s] <= z[u,s], z[w,s] <= x[w,s] - x[u,s] + 1     slot s convex
     finish[s] = start[s] + sum_v p_acc(v) x[v,s] + sum_u c(u) (r[u,s] + o[u,s])
-    start[s] >= L[u] - M (1 - r[u,s])                  a call waits for what it reads
-    L[v] >= finish[s] - M (1 - x[v,s])                 ...and its outputs wait for the call
+    start[s] >= L[u] - cap(u) (1 - r[u,s])             a call waits for what it reads
+    L[v] >= finish[s] - (UB - low(v)) (1 - x[v,s])     ...and its outputs wait for the call
     start[d,j] >= finish[d,j-1]                        calls of one accelerator in turn
     L[v] >= p_cpu(v) x_cpu[v],  L[w] >= L[u] + p_cpu(w) x_cpu[w]          CPU nodes
+    low(v) <= L[v] <= cap(v),  L[v] >= low_acc(v) + (low_cpu(v) - low_acc(v)) x_cpu[v]
     T >= L[v]                                          (sinks suffice)
 
-The big-M rows switch a time row off when its indicator is 0. ``M`` must exceed every time
-in the solutions we care about: we take the latency ``UB`` of the warm start (a feasible
-split) and cap ``T`` and every time variable by it, so a row that is off can never bind and
-no split better than the warm start is cut off. Without a warm start ``M`` is the longest any
-schedule can take (every node's slower time plus every transfer in every slot). With the
-0/1 variables fractional every big-M row is mostly off, so the relaxation alone proves
-nothing; each ``L[v]`` therefore gets the valid lower bound `earliest_finish` (the fastest
-path into ``v``), which lifts the relaxation to the critical path. The warm start's latency
-also rules out placing a node where it alone takes longer (`UnitData`'s ``cap``).
+The big-M rows switch a time row off when its indicator is 0, and an ``M`` must exceed every
+time it can meet in the splits we care about. We start from the best split we know (its
+latency ``UB``) and ask for no worse, so every time is at most ``UB``; each node's ready time
+is at least ``low(v)`` (by device type, `devplace_lite.latency_bounds.ready_bounds`) and at
+most ``cap(v) = UB - tail(v)`` (`devplace_lite.latency_bounds.latency_caps`), which gives
+each row its own ``M``. With the 0/1 variables fractional every big-M row is mostly off, so
+the relaxation proves what those ready-time bounds prove and little more; the solver's bound
+rises above them only by branching.
+
+The start: the best of `devplace_lite.latency_search.start_splits` (the greedy, the
+throughput DP's split and the baselines cut into calls, the order splits) improved by the
+local search, so the answer is never worse than any of them. When the path bound already
+meets it, the start is proven optimal and no solver runs.
 
 Complexity: NP-hard; ``(k q + 1) n`` binaries and ``O((n + m) k q)`` rows.
 
@@ -38,6 +43,7 @@ Example
 >>> from devplace_lite.generators import generate
 >>> from devplace_lite.devices import Cluster
 >>> from devplace_lite.latency import latency_of
+>>> from devplace_lite.latency_search import greedy_latency
 >>> g, c = generate("series_parallel", 8, seed=2), Cluster(accelerators=2, cpus=1)
 >>> r = latency_ip(g, c, q=1, solver="highs")
 >>> r.status, abs(r.objective - latency_of(r)) < 1e-9, r.objective <= greedy_latency(g, c).objective
@@ -49,7 +55,6 @@ Reference: J. Tarnawski, A. Phanishayee, N. Devanur, D. Mahajan, F. Nina Paravec
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -57,99 +62,42 @@ import numpy as np
 from ..cost import as_assignment
 from ..devices import Cluster
 from ..graph import Graph, GraphError
-from ..latency import LatencyEvaluation, evaluate_latency, pieces_dict, reentry_pieces
+from ..latency import evaluate_latency, pieces_dict, reentry_pieces
+from ..latency_bounds import (ReadyBounds, critical_path_bound, earliest_finish, latency_caps, ready_bounds,
+                              work_bound)
+from ..latency_search import Blocks, finish_share, improve, start_splits
 from ..result import Result
-from ..units import pipeline_units
-from .solve import LinearModel, check_solver, solve
+from .solve import LinearModel, Solution, solve
 from .throughput import UnitData, canonical_labels
 
-
-# -- the greedy baseline -----------------------------------------------------------------------------
-def unit_blocks(graph: Graph) -> list[np.ndarray]:
-    """Inseparable blocks in a topological order: colocation units, with the units that form a
-    cycle once contracted fused into one block (`devplace_lite.units.pipeline_units`). Returns
-    the node indices of each block."""
-    order, follow = pipeline_units(graph)
-    return [np.flatnonzero(follow == u) for u in order]
+#: Share of the time limit the starts and the local search may use before the solver runs.
+SEARCH_SHARE = 0.4
+#: CPU seconds per nonzero to hand a model to SCIP (measured on this project's machine).
+TRANSFER_SECONDS = 1e-5
 
 
-def greedy_latency(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
-    """The greedy of Tarnawski et al.: walk the inseparable blocks in topological order and pack
-    consecutive ones onto the current accelerator while its memory lasts; a block that fits on
-    no accelerator (or that no accelerator supports) goes to the CPU and closes the current
-    accelerator; once all ``k`` are used, the rest goes to the CPU. Each accelerator gets one
-    convex call. ``time_limit`` and ``seed`` are accepted for the registry and unused."""
-    t0 = time.perf_counter()
-    k = cluster.k
-    a = np.full(graph.n, -1, dtype=np.int64)
-    cur, used = -1, 0.0  # current accelerator (-1: none open) and its memory
-    for nodes in unit_blocks(graph):
-        mem = float(graph.memory[nodes].sum())
-        fits_alone = bool(graph.supported[nodes].all()) and mem <= cluster.memory
-        if fits_alone and cur >= 0 and used + mem <= cluster.memory:
-            used += mem
-        elif fits_alone and cur + 1 < k:
-            cur, used = cur + 1, mem
-        elif cluster.l:
-            a[nodes] = k  # the CPU; the next block opens a fresh accelerator
-            if cur >= 0:
-                used = math.inf
-            continue
-        else:  # no CPU to fall back on: stay on the last accelerator, over its cap
-            cur = max(cur, 0)
-        a[nodes] = cur
-    ev = evaluate_latency(graph, cluster, a, np.where(a < k, 0, -1))
-    status = "feasible" if ev.feasible else "infeasible"
-    extra = {"objective_kind": "latency", "q": 1, "pieces": pieces_dict(graph, cluster, a, ev.pieces)}
-    if ev.violations:
-        extra["violations"] = ev.violations
-    return Result("greedy", graph, cluster, a, ev.latency, status, time.perf_counter() - t0, extra=extra)
-
-
-# -- warm starts ---------------------------------------------------------------------------------------
-def _fits_q(ev: LatencyEvaluation, k: int, q: int) -> bool:
-    counts = np.bincount([c.device for c in ev.calls], minlength=k)
-    return ev.feasible and not ev.deadlock and bool(np.all(counts <= q))
-
-
-def warm_candidates(graph: Graph, cluster: Cluster, q: int,
-                    budget: float = 10.0) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """Feasible starts for the latency IP: the greedy, throughput chain splits (DP when
-    available, balanced by time) cut by the re-entry rule, one accelerator, and all-CPU."""
-    from .. import baselines
-    from .throughput import _dp_split
-
-    out = []
-    g = greedy_latency(graph, cluster)
-    if g.status == "feasible":
-        a = g.assignment
-        out.append(("greedy", a, np.where(a < cluster.k, 0, -1)))
-    splits = []
-    dp = _dp_split(graph, cluster, budget)
-    if dp is not None:
-        splits.append(dp)
-    for name, fn in (("time", baselines.balance_by_time), ("single", baselines.single_device)):
-        try:
-            r = fn(graph, cluster)
-        except GraphError:
-            continue
-        if r.assignment is not None:
-            splits.append((name, r.assignment))
-    if cluster.l and not np.isnan(graph.p_cpu).any():
-        splits.append(("cpu", np.full(graph.n, cluster.k, dtype=np.int64)))
-    for name, a in splits:
-        p = reentry_pieces(graph, cluster, a)
-        ev = evaluate_latency(graph, cluster, a, p)
-        if _fits_q(ev, cluster.k, q):
-            out.append((name, np.asarray(a, dtype=np.int64), p))
-    return out
+def _solve(model: LinearModel, solver: str, time_limit: float | None, gap: float, seed: int, threads: int,
+           start: np.ndarray | None, slowdown: float = 1.0) -> Solution | None:
+    """The one call into the integer-program layer (`devplace_lite.mip.solve`). SCIP's clock
+    starts after the rows are handed over, which takes time on large models: that share
+    (about 10 microseconds of CPU per nonzero, times the machine's ``slowdown``: wall over CPU
+    seconds of our own work so far) comes off the limit first; ``None`` when nothing is left."""
+    if time_limit is not None and solver == "scip":
+        time_limit -= TRANSFER_SECONDS * model.matrix().nnz * slowdown
+    if time_limit is not None and time_limit < 0.1:
+        return None
+    return solve(model, solver, time_limit=time_limit, gap=gap, seed=seed, threads=threads, start=start)
 
 
 # -- the formulation -------------------------------------------------------------------------------------
 class _LatencyModel:
-    """The rows of the module docstring, for ``q`` slots per accelerator and a given ``M``."""
+    """The rows of the module docstring for ``q`` slots per accelerator. ``big_m``: a latency no
+    split of interest exceeds (the ``UB``); ``ready``: lower bounds on each node's ready time
+    (`devplace_lite.latency_bounds.ReadyBounds`, or ``None`` for the critical path alone);
+    ``caps``: upper bounds on them (``None``: ``big_m``)."""
 
-    def __init__(self, data: UnitData, q: int, big_m: float, symmetry: bool) -> None:
+    def __init__(self, data: UnitData, q: int, big_m: float, symmetry: bool, ready: ReadyBounds | None = None,
+                 caps: np.ndarray | None = None) -> None:
         self.data, self.q = data, q
         g, c = data.graph, data.cluster
         n, k, U = g.n, c.k, data.U
@@ -201,25 +149,35 @@ class _LatencyModel:
                 m.add_row([(self.z[w, s], 1.0), (self.z[u, s], -1.0)], hi=0.0)
                 if x[u, s] != x[w, s]:
                     m.add_row([(self.z[w, s], 1.0), (x[w, s], -1.0), (x[u, s], 1.0)], hi=1.0)
-        # the relaxation of the big-M rows proves nothing; these bounds keep the critical path
-        self.L = m.add_vars(n, lb=np.minimum(earliest_finish(g, c), big_m), ub=big_m)
+        # the relaxation of the big-M rows proves nothing: lower bounds on the ready times keep
+        # what the path bound proves, upper ones (caps) shrink each row's M
+        lower = earliest_finish(g, c) if ready is None else ready.ready
+        lower = np.minimum(lower, big_m)
+        cap = np.full(n, big_m) if caps is None else np.clip(caps, lower, big_m)
+        self.L = m.add_vars(n, lb=lower, ub=cap)
         self.start = m.add_vars(S, ub=big_m)
         self.finish = m.add_vars(S, ub=big_m)
         self.T = m.add_vars(1, ub=big_m)[0]
         m.obj[self.T] = 1.0
-        L, M = self.L, big_m
+        L = self.L
         for s in range(S):
             terms = [(self.finish[s], 1.0), (self.start[s], -1.0)]
             terms += [(x[v, s], -g.p_acc[v]) for v in range(n)]
             for u, i in self.prow.items():
                 terms += [(self.r[i, s], -g.comm[u]), (self.o[i, s], -g.comm[u])]
             m.add_row(terms, lo=0.0, hi=0.0)
-            for u, i in self.prow.items():
-                m.add_row([(self.start[s], 1.0), (L[u], -1.0), (self.r[i, s], -M)], lo=-M)
-            for v in range(n):
-                m.add_row([(L[v], 1.0), (self.finish[s], -1.0), (x[v, s], -M)], lo=-M)
+            for u, i in self.prow.items():  # off: start >= L[u] - cap[u], true as start >= 0
+                m.add_row([(self.start[s], 1.0), (L[u], -1.0), (self.r[i, s], -cap[u])], lo=-cap[u])
+            for v in range(n):  # off: L[v] >= finish - (UB - lower[v]), true as finish <= UB
+                mv = big_m - lower[v]
+                m.add_row([(L[v], 1.0), (self.finish[s], -1.0), (x[v, s], -mv)], lo=-mv)
             if s % q:
                 m.add_row([(self.start[s], 1.0), (self.finish[s - 1], -1.0)], lo=0.0)
+        if ready is not None:  # the bound of the device type the node ends up on
+            for v in range(n):
+                on_cpu, on_acc = min(ready.cpu[v], big_m), min(ready.acc[v], big_m)
+                if on_cpu != on_acc:  # L >= on_acc + (on_cpu - on_acc) x_cpu
+                    m.add_row([(L[v], 1.0), (xc[v], on_acc - on_cpu)], lo=on_acc)
         p_cpu = np.nan_to_num(g.p_cpu)
         for v in range(n):
             m.add_row([(L[v], 1.0), (xc[v], -p_cpu[v])], lo=0.0)
@@ -296,17 +254,43 @@ def latency_ip(graph: Graph, cluster: Cluster, q: int = 1, *, solver: str = "sci
                gap: float = 0.0, seed: int = 0, threads: int = 1, warm_start="auto", symmetry: bool = False) -> Result:
     """Minimise the single-sample latency with at most ``q`` convex calls per accelerator.
 
-    Parameters are those of `devplace_lite.mip.throughput.throughput_ip`; ``warm_start`` is
-    ``"auto"`` (the best of `warm_candidates`), a latency `Result` (with ``extra["pieces"]``),
-    a placement (cut by the re-entry rule) or ``None``. The returned `Result` carries the
-    slot of each accelerator node in ``extra["pieces"]``; its ``objective`` is
-    `devplace_lite.latency.evaluate_latency` of the placement with those pieces.
+    Parameters
+    ----------
+    graph, cluster : the instance.
+    q : calls per accelerator.
+    solver : ``"scip"`` or ``"highs"``.
+    time_limit : seconds for everything (starts, local search, bounds, building the model,
+        solving); ``None``: run to the proven optimum.
+    gap : stop when the solver's relative gap is at most this.
+    seed, threads : the solver's.
+    warm_start : ``"auto"`` (the best of `start_splits`, improved by the local search), a
+        latency `Result` (with ``extra["pieces"]``), a placement (cut by the re-entry rule) or
+        ``None`` (none: the model's ``M`` is `universal_big_m`).
+    symmetry : fix the labels of identical accelerators (off: the solvers do better alone).
+
+    Returns
+    -------
+    Result
+        ``objective``: `devplace_lite.latency.evaluate_latency` of the placement with the pieces
+        in ``extra["pieces"]``; ``bound``: the larger of the solver's and
+        `devplace_lite.latency_bounds`' bounds; ``status`` ``optimal`` only when the two meet.
+        ``extra["starts"]`` has the latency of every start tried, ``extra["warm_start"]`` names
+        the best, and ``extra["warm_start_beaten"]`` says that the solver improved on it.
+
+    Raises
+    ------
+    GraphError
+        ``q`` below 1 or an unknown solver.
     """
-    t0 = time.perf_counter()
-    solver = check_solver(solver)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    solver = str(solver).lower()
+    if solver not in ("scip", "highs"):
+        raise GraphError(f"unknown solver {solver!r}; known: highs, scip")
     q = int(q)
     if q < 1:
         raise GraphError(f"q (calls per accelerator) must be at least 1, got {q}")
+    deadline = None if time_limit is None else t0 + finish_share(time_limit)
+    seconds = lambda: time.perf_counter() - t0  # noqa: E731
     data = UnitData(graph, cluster)
     extra: dict = {"objective_kind": "latency", "q": q, "solver": solver}
     if graph.n == 0:
@@ -316,107 +300,119 @@ def latency_ip(graph: Graph, cluster: Cluster, q: int = 1, *, solver: str = "sci
     if len(nowhere):
         v = graph.nodes[int(np.flatnonzero(data.unit == nowhere[0])[0])].id
         extra["reason"] = f"node {v} fits on no device (memory, support or CPU time)"
-        return Result("ip", graph, cluster, None, None, "infeasible", time.perf_counter() - t0, extra=extra)
-    budget = 10.0 if time_limit is None else 0.2 * time_limit  # for the DP's warm start
-    start = _pick_start(graph, cluster, q, warm_start, budget)
-    big_m = universal_big_m(graph, cluster, q)
-    if start is not None:
-        a, p = start[1], start[2]
-        if symmetry:
-            a = canonical_labels(data, a)
-        start = (start[0], a, p, evaluate_latency(graph, cluster, a, p).latency)
-        big_m = min(big_m, start[3])
-        data = UnitData(graph, cluster, cap=start[3])  # no better split runs a unit where it alone is slower
-        extra["warm_start"] = start[0]
-        extra["start_objective"] = start[3]
-    form = _LatencyModel(data, q, big_m, symmetry)
-    start_vec = None
-    if start is not None:
-        start_vec = form.encode(start[1], start[2])
-        if form.model.violation(start_vec) > 1e-6 * max(1.0, big_m):
-            raise AssertionError(f"warm start {start[0]} violates the latency model")
-    extra.update(variables=form.model.n_vars, rows=form.model.n_rows, big_m=big_m)
-    left = None if time_limit is None else max(0.01, time_limit - (time.perf_counter() - t0))
-    sol = solve(form.model, solver, time_limit=left, gap=gap, seed=seed, threads=threads, start=start_vec)
-    extra.update(nodes=sol.nodes, solve_seconds=round(sol.seconds, 3))
-    seconds = lambda: time.perf_counter() - t0  # noqa: E731
-    if sol.status == "infeasible":
         return Result("ip", graph, cluster, None, None, "infeasible", seconds(), extra=extra)
-    status = {"optimal": "optimal", "gap": "feasible", "time_limit": "time_limit"}[sol.status]
-    scored = []
-    if sol.values is not None:
-        a, p = form.decode(sol.values)
-        ev = evaluate_latency(graph, cluster, a, p)
-        if ev.feasible:
-            scored.append((ev.latency, a, p))
-        else:  # only solver tolerances can get here
-            extra["rejected"] = "; ".join(ev.violations) or "deadlock"
-            status = "feasible" if status == "optimal" else status
-    if start is not None:
-        scored.append((start[3], start[1], start[2]))
-    lower = critical_path_bound(graph, cluster)
-    bound = max(lower, sol.bound) if sol.bound is not None else lower
+    ready = ready_bounds(graph, cluster, q)
+    lower = max(critical_path_bound(graph, cluster), work_bound(graph, cluster), ready.bound)
+    start = _pick_start(graph, cluster, q, warm_start, time_limit, seed, lower, extra)
+    scored = [] if start is None else [(start[3], start[1], start[2], start[0])]
+    if start is not None and lower >= start[3] * (1 - 1e-9):
+        status, sol = "optimal", None  # the path bound meets the start: nothing left to solve
+    else:
+        slowdown = max(1.0, (time.perf_counter() - t0) / max(1e-3, time.process_time() - cpu0))
+        sol, form = _run_model(graph, cluster, data, q, start, ready, symmetry, solver, gap, seed, threads,
+                               deadline, slowdown, extra)
+        if sol is None:  # too little time to hand the model over: the local search goes on instead
+            status = "time_limit"
+            if start is not None and warm_start == "auto":
+                a, val, _ = improve(graph, cluster, start[1], deadline=deadline, seed=seed + 1, target=lower)
+                if val < start[3]:
+                    scored.append((val, a, np.where(a < cluster.k, 0, -1), "local search"))
+                    extra["starts"]["local search"] = min(val, extra["starts"].get("local search", val))
+            extra["solver_skipped"] = "too little time left to hand the model over"
+        elif sol.status == "infeasible":
+            return Result("ip", graph, cluster, None, None, "infeasible", seconds(), extra=extra)
+        else:
+            status = {"optimal": "optimal", "gap": "feasible", "time_limit": "time_limit"}[sol.status]
+            if sol.values is not None:
+                a, p = form.decode(sol.values)
+                ev = evaluate_latency(graph, cluster, a, p)
+                if ev.feasible:
+                    scored.append((ev.latency, a, p, "ip"))
+                else:  # only solver tolerances can get here
+                    extra["rejected"] = "; ".join(ev.violations) or "deadlock"
+                    status = "feasible" if status == "optimal" else status
+            if sol.bound is not None:
+                lower = max(lower, sol.bound)
     if not scored:
-        return Result("ip", graph, cluster, None, None, "time_limit", seconds(), bound=bound, extra=extra)
-    objective, a, p = min(scored, key=lambda t: t[0])
-    if bound >= objective - 1e-9 * max(1.0, abs(objective)) and status == "feasible":
-        status = "optimal"  # stopped at a positive gap, but the gap happens to be closed
-    bound = objective if status == "optimal" else min(bound, objective)  # tolerances: never above
+        return Result("ip", graph, cluster, None, None, "time_limit", seconds(), bound=lower, extra=extra)
+    objective, a, p, source = min(scored, key=lambda t: t[0])
+    if source == "ip":
+        extra["warm_start_beaten"] = True
+    if lower >= objective * (1 - 1e-9):
+        status = "optimal"  # stopped early, but the bounds meet the answer
+    bound = objective if status == "optimal" else min(lower, objective)  # tolerances: never above
     extra["pieces"] = pieces_dict(graph, cluster, a, p)
     return Result("ip", graph, cluster, np.asarray(a, dtype=np.int64), float(objective), status, seconds(),
                   bound=float(bound), extra=extra)
 
 
-def _pick_start(graph: Graph, cluster: Cluster, q: int, warm_start, budget: float):
+def _run_model(graph, cluster, data, q, start, ready, symmetry, solver, gap, seed, threads, deadline, slowdown,
+               extra):
+    """Build the model around the start and solve it until the deadline."""
+    big_m = universal_big_m(graph, cluster, q)
+    caps = None
+    if start is not None:
+        big_m = min(big_m, start[3])
+        data = UnitData(graph, cluster, cap=start[3])  # no better split runs a unit where it alone is slower
+        caps = latency_caps(graph, cluster, start[3])
+    t_build = time.perf_counter()
+    form = _LatencyModel(data, q, big_m, symmetry, ready, caps)
+    vec = None
+    if start is not None:
+        a = canonical_labels(data, start[1]) if symmetry else start[1]
+        vec = form.encode(a, start[2])
+        if form.model.violation(vec) > 1e-6 * max(1.0, big_m):
+            raise AssertionError(f"warm start {start[0]} violates the latency model")
+    extra.update(variables=form.model.n_vars, rows=form.model.n_rows, big_m=big_m,
+                 build_seconds=round(time.perf_counter() - t_build, 3))
+    left = None if deadline is None else deadline - time.perf_counter()
+    sol = _solve(form.model, solver, left, gap, seed, threads, vec, slowdown)
+    if sol is not None:
+        extra.update(nodes=sol.nodes, solve_seconds=round(sol.seconds, 3))
+    return sol, form
+
+
+def _pick_start(graph: Graph, cluster: Cluster, q: int, warm_start, time_limit: float | None, seed: int,
+                lower: float, extra: dict):
+    """``(name, assignment, pieces, latency)`` of the start, or ``None``; records every start
+    tried in ``extra["starts"]``. The search stops early when a start meets ``lower``."""
     if warm_start is None or warm_start is False:
         return None
     if isinstance(warm_start, str) and warm_start == "auto":
-        cands = warm_candidates(graph, cluster, q, budget)
+        t0 = time.perf_counter()
+        blocks = Blocks(graph, cluster)
+        cands = start_splits(graph, cluster, deadline=None if time_limit is None else t0 + 0.15 * time_limit,
+                             seed=seed, blocks=blocks, target=lower)
+        if not cands:
+            return None
+        extra["starts"] = {name: val for name, _, val in cands}
+        name, a, val = min(cands, key=lambda s: s[2])
+        deadline = None if time_limit is None else t0 + SEARCH_SHARE * time_limit
+        a, val2, _ = improve(graph, cluster, a, deadline=deadline, seed=seed, blocks=blocks, target=lower)
+        if val2 < val:
+            extra["starts"]["local search"] = val2
+            name = f"local search from {name}"
+        extra["warm_start"], extra["start_objective"] = name, val2
+        return name, a, np.where(a < cluster.k, 0, -1), val2
+    if isinstance(warm_start, Result):
+        if warm_start.assignment is None:
+            return None
+        a = warm_start.assignment
+        p = warm_start.extra.get("pieces")
+        p = reentry_pieces(graph, cluster, a) if p is None else evaluate_latency(graph, cluster, a, p).pieces
     else:
-        if isinstance(warm_start, Result):
-            if warm_start.assignment is None:
-                return None
-            a = warm_start.assignment
-            p = warm_start.extra.get("pieces")
-            p = reentry_pieces(graph, cluster, a) if p is None else evaluate_latency(graph, cluster, a, p).pieces
-        else:
-            a = as_assignment(graph, cluster, warm_start)
-            p = reentry_pieces(graph, cluster, a)
-        ev = evaluate_latency(graph, cluster, a, p)
-        cands = [("given", np.asarray(a, dtype=np.int64), p)] if _fits_q(ev, cluster.k, q) else []
-    best = None
-    for name, a, p in cands:
-        val = evaluate_latency(graph, cluster, a, p).latency
-        if best is None or val < best[3]:
-            best = (name, a, p, val)
-    return best
-
-
-def earliest_finish(graph: Graph, cluster: Cluster) -> np.ndarray:
-    """A lower bound on each node's ready time in any split: the longest path into it (itself
-    included) with every node at its fastest allowed time. Valid because the nodes of a path
-    that share a call all compute inside it, after the inputs the call waits for."""
-    acc = np.where(graph.supported & (cluster.k > 0), graph.p_acc, np.inf)
-    cpu = np.where(np.isnan(graph.p_cpu) | (cluster.l == 0), np.inf, graph.p_cpu)
-    t = np.minimum(acc, cpu)
-    t = np.where(np.isfinite(t), t, 0.0)
-    f = np.zeros(graph.n)
-    for v in graph.topological_order().tolist():
-        f[v] = t[v] + max((f[u] for u in graph.pred[v]), default=0.0)
-    return f
-
-
-def critical_path_bound(graph: Graph, cluster: Cluster) -> float:
-    """A lower bound on any latency: the largest `earliest_finish`."""
-    return float(earliest_finish(graph, cluster).max()) if graph.n else 0.0
+        a = as_assignment(graph, cluster, warm_start)
+        p = reentry_pieces(graph, cluster, a)
+    ev = evaluate_latency(graph, cluster, a, p)
+    counts = np.bincount([c.device for c in ev.calls], minlength=cluster.k)
+    if not ev.feasible or ev.deadlock or np.any(counts > q):
+        return None
+    extra["warm_start"], extra["start_objective"] = "given", ev.latency
+    extra["starts"] = {"given": ev.latency}
+    return "given", np.asarray(a, dtype=np.int64), p, ev.latency
 
 
 def ip(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0, solver: str = "scip",
        q: int = 1) -> Result:
     """The registry's latency IP (``devplace latency --method ip``): ``q`` = 1 call per accelerator."""
     return latency_ip(graph, cluster, q, solver=solver, time_limit=time_limit, seed=seed)
-
-
-def greedy(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
-    """The registry's greedy (``devplace latency --method greedy``)."""
-    return greedy_latency(graph, cluster, time_limit=time_limit, seed=seed)
