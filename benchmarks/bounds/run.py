@@ -38,10 +38,11 @@ from devplace_lite.bounds import best_bound, classic_bound, combinatorial_bound,
 from devplace_lite.brkga import brkga
 from devplace_lite.devices import Cluster
 from devplace_lite.io import load_graph, read_json, write_json_atomic
+from devplace_lite.reference import reference_dir
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-REFERENCE = ROOT.parent / "shared" / "reference" / "msr-dnn-partitioning" / "throughput-inputs"
+REFERENCE = reference_dir("throughput-inputs")  # None when the authors' workloads are not here
 KS = [2, 4, 8, 16, 32, 64]
 METHODS = ["classic", "combinatorial", "stage-relax", "pinned", "reach", "exact-mip", "best-nodp", "best"]
 LIMITS = {"stage-relax": 20.0, "pinned": 10.0, "reach": 30.0, "exact-mip": 20.0, "best-nodp": 60.0, "best": 60.0}
@@ -74,7 +75,7 @@ def testbed(quick: bool) -> list[tuple[str, str, object]]:
     for path in sorted((ROOT / "data" / "graphs").glob("*_inference.json")):
         if not path.name.startswith("gen_") and path.name != "resnet50_op_inference.json":
             out.append(("zoo", path.stem, str(path)))
-    if REFERENCE.is_dir():
+    if REFERENCE is not None:
         for path in sorted(REFERENCE.glob("*/*_inference.json")):
             out.append(("reference", f"msr/{path.parent.name}/{path.stem}", str(path)))
     return out
