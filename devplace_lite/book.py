@@ -191,7 +191,7 @@ def stage(notebooks: Path, dest: Path, chapters: Path = CHAPTERS, url: str | Non
         config.setdefault("repository", {})["url"] = url
     else:  # no repository known: no launch links rather than links to nowhere
         config.pop("repository", None)
-        config.get("html", {}).pop("launch_buttons", None)
+        config.pop("launch_buttons", None)
     (dest / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     return dest
 

@@ -105,7 +105,7 @@ PAGE_SCRIPT = r"""
   const rawTex = (proseText.match(/\\\(|\\\)|\\\[|\\\]|\$\$|\$[^$\s][^$]*\$|\\(frac|sum|mathrm|le|ge|subseteq|setminus|max|min|lvert|dots|textstyle)\b/g) || []);
   const untypeset = Array.from(main.querySelectorAll('span.math, div.math')).filter(e => !e.querySelector('mjx-container')).length;
   const inlineCode = Array.from(main.querySelectorAll('code')).filter(c => !c.closest('pre, .highlight'));
-  const mathAsCode = inlineCode.map(c => c.textContent).filter(t => /<=|>=|⊆|∈|∪|\\[a-z]+|\bsum_|\bmax_[a-z]|\bmin_[a-z]|\bT_(chain|any)\b| \/ k\b|\^/.test(t));
+  const mathAsCode = inlineCode.map(c => c.textContent).filter(t => /<=|>=|⊆|∈|∪|\\[a-z]+|\bsum_[a-z{]|\bmax_[a-z]\b|\bmin_[a-z]\b|\bT_(chain|any)\b| \/ k\b|\^/.test(t));
   const wideCode = Array.from(main.querySelectorAll('div.highlight pre, div.cell_output pre'))
       .filter(p => p.scrollWidth > p.clientWidth + 2).map(p => p.textContent.slice(0, 80));
   const external = Array.from(document.querySelectorAll('script[src], link[rel~="stylesheet"][href], img[src], iframe[src]'))
@@ -275,13 +275,14 @@ def test_install_cell_installs_from_a_repository_url(tmp_path):
     folder of the test (no dependencies, the build backend already here: nothing downloaded)."""
     import jupytext
 
-    if shutil.which("git") is None or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
-                                                     capture_output=True).returncode != 0:
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True) \
+        if shutil.which("git") else None
+    if head is None or head.returncode != 0:
         pytest.skip("needs git and a git checkout")
     bare = tmp_path / "stand-in.git"
     subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(bare)], check=True)
     nb = jupytext.read(CHAPTERS / "01_placement_problem.md")
-    assert bk.stamp_install(nb, bk.install_target(bare.as_uri(), "HEAD"))
+    assert bk.stamp_install(nb, bk.install_target(bare.as_uri(), head.stdout.strip()))
     cell = next(c for c in nb.cells if c.cell_type == "code").source
     target = tmp_path / "site"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
@@ -289,7 +290,8 @@ def test_install_cell_installs_from_a_repository_url(tmp_path):
     cfg = tmp_path / "pip.conf"
     cfg.write_text("[install]\nno-build-isolation = false\n")  # pip reads "false" here as: no isolation
     env["PIP_CONFIG_FILE"] = str(cfg)
-    r = subprocess.run([sys.executable, "-S", "-c", cell], env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-S", "-c", cell], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert (target / "devplace_lite" / "graph.py").exists() and (target / "devplace_lite" / "book.py").exists()
     dist = list(target.glob("devplace_lite-*.dist-info"))
