@@ -75,11 +75,13 @@ def fetch(dest: Path = DEFAULT_DEST, url: str = URL, commit: str = COMMIT) -> Pa
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         clone = Path(tmp) / "clone"
-        for cmd in (["git", "clone", "--quiet", "--no-checkout", url, str(clone)],
-                    ["git", "-C", str(clone), "checkout", "--quiet", "--detach", commit]):
+        for what, cmd in ((f"git clone of {url}", ["git", "clone", "--quiet", "--no-checkout", url, str(clone)]),
+                          (f"checkout of commit {commit}", ["git", "-C", str(clone), "checkout", "--quiet", "--detach",
+                                                            commit])):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd[:2])} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+                last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise RuntimeError(f"{what} failed: {last[0]}")
         missing = [p for p in PARTS if not (clone / p).exists()]
         if missing:
             raise RuntimeError(f"commit {commit[:7]} of {url} has no {', '.join(missing)}")
