@@ -383,7 +383,9 @@ MATH_READY = """
 
 def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float = 600) -> dict:
     """Print ``html`` (the single-page book) to ``pdf`` with headless Chromium, once every image
-    has loaded and MathJax has typeset every formula. Returns what it saw (formulas, pages)."""
+    has loaded and MathJax has typeset every formula. Returns what it saw: ``math`` (typeset
+    formulas), ``images``, ``broken`` (images that did not load) and ``titles`` (the h1 and h2
+    headings: in the single-page book a chapter's title is an h2)."""
     import base64
 
     binary = binary or find_chromium()
@@ -393,9 +395,14 @@ def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float =
     browser = Browser(binary, profile)
     try:
         target, session, _ = browser.open(html.resolve().as_uri(), timeout=timeout)
-        browser.evaluate(session, "Promise.all(Array.from(document.images).map(i => i.complete ? 1 : "
-                                  "new Promise(r => { i.onload = i.onerror = r; })))", timeout)
+        browser.evaluate(session, "Promise.all(Array.from(document.images).map(i => { i.loading = 'eager'; "
+                                  "return i.complete ? 1 : new Promise(r => { i.onload = i.onerror = r; }); }))"
+                                  ".then(() => 1)", timeout)
         seen = json.loads(browser.evaluate(session, MATH_READY, timeout))
+        seen.update(json.loads(browser.evaluate(session, "JSON.stringify({images: document.images.length, "
+                                                "broken: Array.from(document.images).filter(i => !i.naturalWidth)"
+                                                ".map(i => i.src), titles: Array.from(document.querySelectorAll('main h1, main h2'))"
+                                                ".map(h => h.textContent.replace('#', '').trim())})", timeout)))
         data = browser.send("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": False,
                                                 "paperWidth": 8.27, "paperHeight": 11.69,
                                                 "marginTop": 0.6, "marginBottom": 0.6, "marginLeft": 0.5,
@@ -470,8 +477,12 @@ def main(argv: list[str] | None = None) -> int:
     rc, out = _html(args.fast, "singlehtml")
     if rc != 0:
         return rc
-    seen = print_pdf(out / "_build" / "singlehtml" / "index.html", PDF)
-    print(f"{PDF} written ({seen['math']} formulas typeset)")
+    seen = print_pdf(out / "_build" / "singlehtml" / f"{toc_files()[0]}.html", PDF)
+    print(f"{PDF} written: {len(seen['titles'])} headings, {seen['images']} figures, "
+          f"{seen['math']} formulas typeset")
+    if seen["broken"]:
+        print(f"figures that did not load: {seen['broken'][:5]}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -155,8 +155,9 @@ def problems(info: dict) -> list[str]:
 # -- the built book -----------------------------------------------------------------------------
 class Book:
     def __init__(self, html: Path, errors: dict[str, str | None], log: str, seconds: dict[str, float],
-                 notebooks: Path) -> None:
+                 notebooks: Path, src: Path) -> None:
         self.html, self.errors, self.log, self.seconds, self.notebooks = html, errors, log, seconds, notebooks
+        self.src = src
 
 
 class Busy:
@@ -199,7 +200,7 @@ def book(tmp_path_factory) -> Book:
     timing = ROOT / "build" / "book-test-timings.json"
     timing.parent.mkdir(exist_ok=True)
     timing.write_text(json.dumps({k: round(v, 2) for k, v in seconds.items()}, indent=1))
-    return Book(html, errors, r.stdout + r.stderr, seconds, executed)
+    return Book(html, errors, r.stdout + r.stderr, seconds, executed, src)
 
 
 @pytest.fixture(scope="session")
@@ -358,6 +359,46 @@ def test_reference_pages(book, browser):
     index = page(browser, book, "genindex")
     for term in ("bubble", "chain of ideals", "max-load", "self-grading check"):
         assert term in index["text"], f"the index misses {term!r}"
+
+
+@pytest.mark.slow
+def test_pdf_holds_every_chapter_with_figures_and_math(book, tmp_path_factory):
+    """What `make pdf` does, on the FAST book: the single-page HTML printed by Chromium."""
+    binary = install_chromium()
+    out = tmp_path_factory.mktemp("book-single")
+    r = bk.build(book.src, out, "singlehtml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    pdf = ROOT / "build" / "book-test.pdf"
+    seen = bk.print_pdf(out / "_build" / "singlehtml" / f"{toc_files()[0]}.html", pdf, binary)
+    titles = " | ".join(seen["titles"])
+    for name in NOTEBOOK_PAGES[1:]:   # the preface opens the book; every chapter's title follows
+        assert sum(t.startswith(name[:2] + " ") for t in seen["titles"]) >= 1, f"{name} is not in the PDF: {titles}"
+    assert not seen["broken"], f"figures missing from the PDF: {seen['broken'][:5]}"
+    expected = sum(visible_images(book.notebooks / f"{n}.ipynb") for n in NOTEBOOK_PAGES)
+    assert seen["images"] >= expected, f"{expected} figures in the chapters, {seen['images']} in the PDF"
+    assert seen["math"] > 300, f"only {seen['math']} formulas typeset"
+    data = pdf.read_bytes()
+    pages = len(re.findall(rb"/Type\s*/Page\b", data))
+    assert data.startswith(b"%PDF") and pages > 50, f"{pages} pages"
+
+
+def test_publishing_workflow_serves_the_launch_links():
+    """The Colab and Binder links point at gh-pages/notebooks/NAME.ipynb: the workflow must put the
+    executed notebooks there, from a tag, with the repository stamped into their install cell."""
+    import yaml
+
+    config = yaml.safe_load((CHAPTERS / "_config.yml").read_text())
+    assert config["repository"]["branch"] == "gh-pages" and config["repository"]["path_to_book"] == "notebooks"
+    assert config["launch_buttons"]["colab_url"] and config["launch_buttons"]["binderhub_url"]
+    flow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    on = flow.get("on", flow.get(True))   # YAML 1.1 reads the key `on` as True
+    assert on["push"]["tags"]
+    job = flow["jobs"]["publish"]
+    assert "DEVPLACE_REPO_URL" in job["env"] and "DEVPLACE_REPO_REF" in job["env"]
+    script = "\n".join(step.get("run", "") for step in job["steps"])
+    for needed in ("make notebooks", "make book", "make pdf", "cp build/executed/full/*.ipynb site/notebooks/",
+                   "gh-pages"):
+        assert needed in script, f"the workflow does not {needed!r}"
 
 
 def test_page_check_catches_broken_pages(browser, tmp_path):
