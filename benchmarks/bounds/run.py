@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import re
 import sys
@@ -205,7 +206,8 @@ def write_readme(summary: dict, records: list[dict], seconds: float, quick: bool
     graphs = sorted({r["graph"] for r in records})
     block = (f"<!-- table -->\n{readme_table(summary, records)}\n\n"
              f"{len(graphs)} graphs x {len(KS)} values of k{' (--quick)' if quick else ''}; "
-             f"{seconds / 60:.0f} min wall on {platform.machine()} ({platform.python_version()}). "
+             f"{seconds / 60:.0f} min wall on {platform.machine()} ({platform.python_version()}), one-minute load "
+             f"average {os.getloadavg()[0]:.1f} at the end (the time limits are wall time: a busy machine proves less). "
              f"Bounds above best-found (bugs if any): {len(summary['bound_above_best_found'])}.\n<!-- /table -->")
     text = re.sub(r"<!-- table -->.*<!-- /table -->", lambda _: block, text, flags=re.S)
     readme.write_text(text)
