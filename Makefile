@@ -8,7 +8,7 @@ CHAPTERS  := $(sort $(wildcard chapters/[0-9][0-9]_*.md))
 NOTEBOOKS := $(patsubst chapters/%.md,build/notebooks/%.ipynb,$(CHAPTERS))
 JOBS   ?= 2
 
-.PHONY: install test test-unit test-chapters book lab data bench student test-student test-book clean
+.PHONY: install test test-unit test-chapters book notebooks pdf reference lab data bench student test-student test-book clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,11 +34,30 @@ test-unit: $(STAMP)
 test-chapters: $(STAMP) $(NOTEBOOKS)
 	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env $(NOTEBOOKS)
 
-# Execute every chapter (full size) and build the HTML book into build/book/_build/html.
-book: $(STAMP)
-	# figures need the inline backend: a non-interactive MPLBACKEND from the shell would drop them
-	env -u MPLBACKEND $(BIN)/jupyter-book build chapters --path-output build/book -W --keep-going
-	@echo "open build/book/_build/html/index.html"
+# Execute every chapter (full size, two at a time) into build/executed/full, then build the HTML
+# book from those notebooks into build/book/_build/html (warnings fail the build).
+EXECUTED := build/executed/full/.done
+$(EXECUTED): $(CHAPTERS) $(STAMP)
+	$(BIN)/python -m devplace_lite.book notebooks
+	touch $@
+
+book: $(EXECUTED)
+	$(BIN)/python -m devplace_lite.book html
+
+# The executed .ipynb of every chapter and of the student edition (build/executed/full and
+# build/executed/full/student), as Colab and Binder open them.
+notebooks: $(STAMP)
+	$(BIN)/python -m devplace_lite.book notebooks --student
+	touch $(EXECUTED)
+
+# The whole book as one PDF (build/devplace_lite.pdf): the single-page HTML printed by Chromium.
+pdf: $(EXECUTED)
+	$(BIN)/python -m devplace_lite.book pdf
+
+# The authors' published workloads (MIT) from their public repository into build/reference;
+# then export DEVPLACE_REFERENCE=$(CURDIR)/build/reference/msr-dnn-partitioning
+reference: $(STAMP)
+	$(BIN)/python -m devplace_lite.reference build/reference/msr-dnn-partitioning
 
 # The student edition: solutions replaced by stubs, checks kept (build/student/chapters and /notebooks).
 student: $(STAMP)

@@ -89,15 +89,27 @@ def draw_placement(ax, graph: Graph, assignment: Sequence[int] | None = None, cl
 
 def gantt(ax, tasks: Iterable[tuple[str, float, float, str, str]], lanes: Sequence[str] | None = None,
           xlabel: str = "time (ms)") -> None:
-    """Draw ``(lane, start, duration, label, color)`` boxes, one row per lane, first lane on top."""
+    """Draw ``(lane, start, duration, label, color)`` boxes, one row per lane, first lane on top.
+
+    A label is written only in a box wide enough for it (at the axes' width and the tasks' time
+    span), and never outside its box (it is clipped to it), so neighbouring labels cannot overlap.
+    """
     tasks = list(tasks)
     lanes = list(lanes) if lanes is not None else list(dict.fromkeys(t[0] for t in tasks))
     row = {name: i for i, name in enumerate(lanes)}
+    lo = min((s for _, s, _, _, _ in tasks), default=0.0)
+    hi = max((s + d for _, s, d, _, _ in tasks), default=1.0)
+    for other in ax.get_shared_x_axes().get_siblings(ax):  # axes drawn before that share this time axis
+        if other is not ax and other.has_data():
+            lo, hi = min(lo, other.dataLim.x0), max(hi, other.dataLim.x1)
+    span = hi - lo
+    axes_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
     for lane, start, dur, label, color in tasks:
         y = len(lanes) - 1 - row[lane]
-        ax.barh(y, dur, left=start, height=0.8, color=color, edgecolor="black", linewidth=0.4)
-        if label:
-            ax.text(start + dur / 2, y, label, ha="center", va="center", fontsize=7)
+        (box,) = ax.barh(y, dur, left=start, height=0.8, color=color, edgecolor="black", linewidth=0.4)
+        fits = span > 0 and dur / span * axes_pt > 0.62 * 7 * len(label) + 2  # 7 pt glyphs are about 4.3 pt wide
+        if label and fits:
+            ax.text(start + dur / 2, y, label, ha="center", va="center", fontsize=7, clip_path=box)
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels(lanes[::-1])
     ax.set_xlabel(xlabel)

@@ -28,8 +28,9 @@ from pathlib import Path
 
 SOLUTION = "solution"
 CHAPTER_GLOB = "[0-9][0-9]_*.md"
-#: Files of the chapters folder copied as they are (the book's non-notebook pages and configuration).
-PAGES = ("_config.yml", "_toc.yml", "*.bib", "notation.md", "bibliography.md", "genindex.md")
+#: Files of the chapters folder copied as they are (the book's non-notebook pages, configuration and
+#: static files).
+PAGES = ("_config.yml", "_toc.yml", "*.bib", "notation.md", "bibliography.md", "genindex.md", "_static")
 
 
 def _exercise_names() -> dict[str, str]:
@@ -124,7 +125,10 @@ def make_student(chapters: Path, out: Path) -> list[tuple[str, int, int]]:
         report.append((src.stem, stubs, dropped))
     for pattern in PAGES:
         for page in chapters.glob(pattern):
-            shutil.copy2(page, staging / "chapters" / page.name)
+            if page.is_dir():
+                shutil.copytree(page, staging / "chapters" / page.name)
+            else:
+                shutil.copy2(page, staging / "chapters" / page.name)
     shutil.rmtree(out, ignore_errors=True)  # replace the old edition whole: nothing half-written
     staging.rename(out)
     return report

@@ -3,21 +3,24 @@ small seeded graphs."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from devplace_lite import reference
+
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = Path(os.environ.get("DEVPLACE_REFERENCE", ROOT.parent / "shared" / "reference" / "msr-dnn-partitioning"))
+#: DEVPLACE_REFERENCE, else ../shared/reference/msr-dnn-partitioning; a path that holds nothing when neither does
+REFERENCE = reference.reference_dir() or ROOT.parent / "shared" / "reference" / reference.NAME
 
 
 @pytest.fixture(scope="session")
 def reference_dir() -> Path:
-    """The msr-dnn-partitioning folder beside the checkout; skips when it is absent."""
-    if not (REFERENCE / "throughput-inputs").is_dir():
-        pytest.skip(f"the authors' workloads are not at {REFERENCE} (they live in ../shared, outside the project)")
-    return REFERENCE
+    """The authors' workloads (DEVPLACE_REFERENCE, else ../shared/reference); skips when absent."""
+    found = reference.reference_dir()
+    if found is None:
+        pytest.skip(reference.MISSING)
+    return found
 
 
 def reference_files(kind: str = "throughput-inputs") -> list[Path]:

@@ -79,7 +79,7 @@ def test_student_edition_layout(edition):
     chapters = sorted(p.name for p in CHAPTERS.glob("[0-9][0-9]_*.md"))
     assert sorted(p.name for p in (edition / "chapters").glob("[0-9][0-9]_*.md")) == chapters
     assert sorted(p.stem for p in (edition / "notebooks").glob("*.ipynb")) == [c[:-3] for c in chapters]
-    for page in ("_config.yml", "_toc.yml", "notation.md", "bibliography.md", "references.bib"):
+    for page in ("_config.yml", "_toc.yml", "notation.md", "bibliography.md", "references.bib", "_static/devplace.css"):
         assert (edition / "chapters" / page).exists(), page
 
 

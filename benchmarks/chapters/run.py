@@ -32,23 +32,18 @@ MODES = ("fast", "full")
 
 def run_chapter(md: Path, mode: str) -> dict:
     """Execute one chapter in one mode; its wall time in seconds, or the error that stopped it."""
-    import jupytext
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    import tempfile
 
-    env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "DEVPLACE_FAST")}
-    if mode == "fast":
-        env["DEVPLACE_FAST"] = "1"
-    nb = jupytext.read(md)
-    client = NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(CHAPTERS)}})
-    t0 = time.perf_counter()
-    try:
-        client.execute(env=env)
-        error = None
-    except CellExecutionError as e:
-        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    from devplace_lite.book import execute, kernel_env
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        error = execute(md, Path(tmp) / f"{md.stem}.ipynb", kernel_env(mode == "fast"), CHAPTERS, timeout=3600)
+        seconds = time.perf_counter() - t0
+    if error:
+        lines = [ln for ln in error.strip().splitlines() if ln.strip()]
         error = lines[-1][:300] if lines else "cell failed"
-    return {"seconds": round(time.perf_counter() - t0, 1), "error": error}
+    return {"seconds": round(seconds, 1), "error": error}
 
 
 def chapter_files(wanted: list[str]) -> list[Path]:
@@ -116,17 +111,21 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{md.stem} {mode}: {fmt(rec)}" + (f" ({rec['error']})" if rec["error"] else ""), flush=True)
         return md.stem, mode, rec
 
+    load = [os.getloadavg()[0]]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for stem, mode, rec in pool.map(one, jobs):
             results["chapters"].setdefault(stem, {})[mode] = rec
+            load.append(os.getloadavg()[0])
     results.update(machine=f"{cpu_name()}, {os.cpu_count()} cores",
                    python=platform.python_version(), jobs=args.jobs, date=date.today().isoformat(),
-                   command="python -m benchmarks.chapters.run")
+                   command="python -m benchmarks.chapters.run",
+                   load=f"{min(load):.1f} to {max(load):.1f}")
     tmp = RESULTS.with_suffix(".tmp")
     tmp.write_text(json.dumps(results, indent=1) + "\n")
     os.replace(tmp, RESULTS)
     note = (f"Measured by `python -m benchmarks.chapters.run` on {results['machine']}, "
-            f"{results['jobs']} chapters at a time, {results['date']}.")
+            f"{results['jobs']} chapters at a time, {results['date']}, one-minute load average "
+            f"{results['load']} during the run (the machine was shared; on a quiet one expect less).")
     body = table(results) + "\n\n" + note
     replace_block(HERE / "README.md", "<!-- table -->", "<!-- end -->", body)
     replace_block(ROOT / "README.md", "<!-- chapter-times -->", "<!-- end chapter-times -->", body)

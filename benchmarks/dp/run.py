@@ -22,9 +22,11 @@ import sys
 import time
 from pathlib import Path
 
+from devplace_lite.reference import reference_dir
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
-REFERENCE = ROOT.parent / "shared/reference/msr-dnn-partitioning/throughput-inputs"
+REFERENCE = (reference_dir() or ROOT.parent / "shared/reference/msr-dnn-partitioning") / "throughput-inputs"
 ZOO = ROOT / "data/graphs"
 
 # The authors' C++ DP on a 2-vCPU machine (REFERENCES.md [T20]): seconds, peak GB; None = did

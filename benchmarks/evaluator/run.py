@@ -18,9 +18,10 @@ from devplace_lite.cost import device_loads, evaluate
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.io import load_graph
+from devplace_lite.reference import reference_dir
 
 HERE = Path(__file__).parent
-REFERENCE = HERE.parent.parent.parent / "shared/reference/msr-dnn-partitioning/throughput-inputs"
+REFERENCE = (reference_dir() or HERE.parent.parent.parent / "shared/reference/msr-dnn-partitioning") / "throughput-inputs"
 
 
 def timed(fn, repeats: int) -> float:

@@ -28,10 +28,11 @@ from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.io import load_graph, write_json_atomic
 from devplace_lite.methods import PARTITION, resolve
+from devplace_lite.reference import reference_dir
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-REFERENCE = ROOT.parent / "shared" / "reference" / "msr-dnn-partitioning" / "throughput-inputs"
+REFERENCE = (reference_dir() or ROOT.parent / "shared" / "reference" / "msr-dnn-partitioning") / "throughput-inputs"
 METHODS = ["kl", "local-search", "topo-fill", "etf", "heft"]
 FAMILIES = ["layered", "series_parallel", "skip_chain", "cells"]
 

@@ -27,10 +27,11 @@ from devplace_lite.io import load_graph, read_json, write_json_atomic
 from devplace_lite.latency_search import greedy_latency
 from devplace_lite.mip.latency import latency_ip
 from devplace_lite.mip.throughput import throughput_ip
+from devplace_lite.reference import reference_dir
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
-REFERENCE = ROOT.parent / "shared/reference/msr-dnn-partitioning"
+REFERENCE = reference_dir() or ROOT.parent / "shared/reference/msr-dnn-partitioning"
 ZOO = ["gnmt_layer_inference", "bert_layer_inference", "resnet50_layer_inference"]
 AUTHORS = ["bert24_inference", "gnmt_inference"]
 GAP = 0.01
