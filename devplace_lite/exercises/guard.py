@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import sys
 import textwrap
 import types
@@ -197,6 +198,9 @@ def inspect_statically(trees: list[ast.Module], exercises: dict[str, tuple[str, 
             except (OSError, TypeError, SyntaxError, IndexError):
                 pass
         found: list[str] = []
+        docstrings = {id(d.body[0].value) for d in ast.walk(ast.Module(module.top, []))
+                      if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and d.body
+                      and isinstance(d.body[0], ast.Expr) and isinstance(d.body[0].value, ast.Constant)}
         for definition in module.reachable(name):
             if isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(definition.body) > 1:
                 label = bodies.get(_body_fingerprint(definition))
@@ -209,8 +213,10 @@ def inspect_statically(trees: list[ast.Module], exercises: dict[str, tuple[str, 
                     hit = dotted.get(q) if q else None
                     if hit is None and q and any(q.startswith(prefix) for prefix in prefixes):
                         hit = q
-                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in short:
-                    hit = f"{short[node.value]} (named in the string {node.value!r})"
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                    named = next((n for n in short if re.search(rf"\b{re.escape(n)}\b", node.value)), None)
+                    if named:
+                        hit = f"{short[named]} (named in the string {node.value[:60]!r})"
                 if hit:
                     line = f"{name} uses {hit} (line {getattr(node, 'lineno', '?')})"
                     if line not in found:
@@ -328,6 +334,12 @@ class Guard:
             keys = self._files[args[0].co_filename]
             self._dirty = True  # its new functions are guarded before the next call
             self._flag(keys, f"re-executed the module of {sorted(keys)[0]} (reload, or exec of its file)")
+        elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn") and self.current is not None:
+            text = " ".join(map(str, args[:2]))  # the program and its arguments
+            keys = {k for k in self.forbidden_for.get(self.current, ())
+                    if " " not in k and re.search(rf"\b{re.escape(k.rsplit('.', 1)[-1])}\b", text)}
+            if keys:
+                self._flag(keys, f"started a program that names {sorted(keys)[0]}: {text[:120]}")
         elif event == "compile" and args and isinstance(args[0], (str, bytes)):
             text = args[0].decode("utf-8", "replace") if isinstance(args[0], bytes) else args[0]
             keys = {k for k, src in self._sources.items() if src.count("\n") >= 3 and src in text}
