@@ -190,11 +190,17 @@ def _judge(plan: Plan, ex: Exercise, outcomes: list[Outcome], copies: list[str])
     if memory is not None:
         status, score = "memory", 0.0
         message = f"{ex.id} {ex.name}: ran out of memory (limit {plan.limits.memory_mb} MB) on instance #{memory}: stopped"
-    if copies:
-        message = (f"{ex.id} {ex.name}: flagged as a copy, scored 0: it uses the library's own answer: "
-                   + "; ".join(copies[:3]) + f". (Its answers alone: {status}, score {score:.2f}.)")
-        status, score = "copy", 0.0
-    return _record(plan, ex, status, score, message)
+    return _flagged(_record(plan, ex, status, score, message), copies)
+
+
+def _flagged(result: dict, copies: list[str] | None) -> dict:
+    """``result`` as a copy (0 points) when the guard found the library's answer in use."""
+    if not copies:
+        return result
+    head = result["message"].split(":")[0]
+    return {**result, "status": "copy", "score": 0.0, "points": 0.0,
+            "message": f"{head}: flagged as a copy, scored 0: it uses the library's own answer: " + "; ".join(copies[:3])
+                       + f". (Its answers alone: {result['status']}, score {result['score']:.2f}.)"}
 
 
 def grade_submission(sub: Submission, plan: Plan) -> Submission:
@@ -222,13 +228,15 @@ def grade_submission(sub: Submission, plan: Plan) -> Submission:
                 try:
                     outcomes = _run_exercise(session, ex, plan, copies)
                 except _Stop as stop:
-                    sub.results[ex.id] = _record(plan, ex, "timeout", 0.0, f"{ex.id} {ex.name}: {stop}")
+                    sub.results[ex.id] = _flagged(_record(plan, ex, "timeout", 0.0, f"{ex.id} {ex.name}: {stop}"),
+                                                  copies.get(ex.id))
                     break  # the session is killed; the next one grades the rest
                 except Died as died:
                     status, _, why = died.why.partition(": ")
                     output = session.output()
-                    sub.results[ex.id] = _record(plan, ex, status, 0.0, f"{ex.id} {ex.name}: {why} on this exercise"
-                                                 + (f"; its last output: {' '.join(output[-300:].split())}" if output else ""))
+                    sub.results[ex.id] = _flagged(_record(plan, ex, status, 0.0, f"{ex.id} {ex.name}: {why} on this exercise"
+                                                  + (f"; its last output: {' '.join(output[-300:].split())}" if output else "")),
+                                                  copies.get(ex.id))
                     break
                 sub.results[ex.id] = _judge(plan, ex, outcomes, copies.get(ex.id, []))
         if session.output_bytes:  # read to the end once the session is over
