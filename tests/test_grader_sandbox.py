@@ -35,36 +35,18 @@ ANSWER_KEY = "ANSWER-KEY-SECRET-31337"
 ENV_SECRET = "ENV-SECRET-c0ffee"
 SEED_TEXT = "the instructor's secret seed, 2026"
 SLEEP_TOKEN = "987651"
-HONEST = textwrap.dedent('''
-    def my_max_load(graph, cluster, assignment):
-        load = [0.0] * cluster.size
-        for i, v in enumerate(graph.nodes):
-            d = int(assignment[i])
-            load[d] += v.p_acc if d < cluster.k else v.p_cpu
-        paid = set()
-        for u, w in zip(graph.src, graph.dst):
-            du, dw = int(assignment[u]), int(assignment[w])
-            for d in (du, dw) if du != dw else ():
-                if d < cluster.k and (u, d) not in paid:
-                    paid.add((u, d))
-                    load[d] += graph.comm[u]
-        return max(load)
 
-    def my_gpipe_step(stage_times, microbatches):
-        finish = [0.0] * microbatches
-        for t in stage_times:
-            free = 0.0
-            for j in range(microbatches):
-                free = max(free, finish[j]) + t
-                finish[j] = free
-        return finish[-1]
 
-    def fewest_microbatches(stages, target):
-        m = 1
-        while (stages - 1) / (m + stages - 1) > target:
-            m += 1
-        return m
-''')
+def chapter_solutions(chapter: str) -> str:
+    """The book's own solution cells of a chapter's coding exercises: an honest submission."""
+    names = [e.name for e in exercises(chapter)]
+    md = next((ROOT / "chapters").glob(f"{chapter}_*.md"))
+    cells = [c.source for c in jupytext.read(md).cells if c.cell_type == "code"
+             and "solution" in c.metadata.get("tags", []) and any(f"def {n}(" in c.source for n in names)]
+    return "\n\n".join(cells) + "\n"
+
+
+HONEST = chapter_solutions("01")
 COPY = textwrap.dedent('''
     from devplace_lite.cost import max_load as load_of
     from devplace_lite import schedule

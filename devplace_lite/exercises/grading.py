@@ -259,6 +259,7 @@ def _load(session: Session, sub: Submission, plan: Plan, todo: list[str], by_id:
     recorded as not graded, with why)."""
     exercises = {i: (by_id[i].name, list(by_id[i].forbidden)) for i in todo}
     deadline = time.monotonic() + plan.load_timeout
+    static_seen = False  # the worker sends it before any submission code runs; a later one is forged
     try:
         session.send({"op": "setup", "exercises": exercises, "files": session.inside})
         while True:
@@ -268,10 +269,12 @@ def _load(session: Session, sub: Submission, plan: Plan, todo: list[str], by_id:
                                f"set-up, top-level code), stopped"), "timeout"
                 break
             kind = event.get("event")
-            if kind == "static" and first:
+            if kind == "static" and not static_seen:
+                static_seen = True
                 for ex_id, found in (event.get("copies") or {}).items():
-                    copies.setdefault(str(ex_id), []).extend(str(f) for f in found)
-                sub.review = [str(x) for x in event.get("review") or []]
+                    copies.setdefault(str(ex_id), []).extend(str(f) for f in found if str(f) not in copies.get(str(ex_id), []))
+                if first:
+                    sub.review = [str(x) for x in event.get("review") or []]
             elif kind == "copy":
                 _note_copy(copies, event)
             elif kind == "loaded":
@@ -306,7 +309,7 @@ def _run_exercise(session: Session, ex: Exercise, plan: Plan, copies: dict[str, 
                                               if forks else "an endless loop, or far too slow?"))
             if event.get("event") == "copy":
                 _note_copy(copies, event)
-            elif event.get("event") == kind and (i is None or event.get("i") == i):
+            elif event.get("event") == kind and event.get("id") == ex.id and (i is None or event.get("i") == i):
                 return event
 
     for i, case in enumerate(plan.instances[ex.id]):
@@ -352,8 +355,9 @@ def table(subs: list[Submission], plan: Plan) -> str:
 
 
 def flags(sub: Submission) -> str:
-    """What an instructor should look at, in one cell: copies, runaways, review notes."""
-    out = [f"{ex_id} {r['status']}" for ex_id, r in sub.results.items() if r["status"] in ("copy", *RUNAWAY)]
+    """What an instructor should look at, in one cell: a failed load, copies, runaways, review notes."""
+    out = [n[:200] for n in sub.notes if n.startswith("the submission could not be loaded")]
+    out += [f"{ex_id} {r['status']}" for ex_id, r in sub.results.items() if r["status"] in ("copy", *RUNAWAY)]
     if sub.review:
         out.append("review: " + ", ".join(sub.review[:5]))
     return "; ".join(out)

@@ -21,7 +21,7 @@ The channel: requests come on ``IN`` as length-prefixed pickles written by the g
 instances: trusted data); replies go on ``OUT`` as JSON lines (`devplace_lite.exercises.answers`),
 the only thing that leaves. The submission's own output goes to stdout/stderr, which the grader
 reads apart and caps. Replies: ``{"event": "static", ...}``, ``{"event": "loaded", "notes",
-"defined"}``, ``{"event": "answer", "i", "value" | "error" | "not_implemented"}``,
+"defined"}``, ``{"event": "answer", "id", "i", "value" | "error" | "not_implemented"}``,
 ``{"event": "copy", "id", "what"}`` (the guard, when it trips), ``{"event": "ended", "id"}``.
 """
 
@@ -176,7 +176,7 @@ def serve(requests: BinaryIO, channel: Channel) -> None:
                 outcome = run_learner(fn, case)
             finally:
                 guard.current = None
-            reply: dict[str, Any] = {"event": "answer", "i": request["i"]}
+            reply: dict[str, Any] = {"event": "answer", "id": ex_id, "i": request["i"]}
             if outcome.not_implemented:
                 reply["not_implemented"] = True
             elif outcome.error is not None:
