@@ -28,6 +28,7 @@ child process with the same limits and protocol, and can read and write what the
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -88,6 +89,7 @@ def find_bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
+@functools.lru_cache(maxsize=None)
 def _supports(bwrap: str, option: str) -> bool:
     try:
         text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30).stdout
