@@ -210,15 +210,13 @@ def grade_submission(sub: Submission, plan: Plan) -> Submission:
     by_id = {e.id: e for e in plan.exercises}
     todo = [e.id for e in plan.exercises]
     copies: dict[str, list[str]] = {}
-    first = True
+    first, printed = True, 0
     while todo:
         with Session(sub.paths, plan.limits, plan.cpu_seconds, plan.bwrap) as session:
             if first:
                 sub.notes += session.stage_notes
-            loaded = _load(session, sub, plan, todo, by_id, copies, first)
+            loaded = _load(session, sub, plan, todo, by_id, copies, first)  # None: todo is cleared
             first = False
-            if loaded is None:
-                break
             while todo:
                 ex = by_id[todo.pop(0)]
                 if ex.id not in loaded["defined"]:
@@ -239,8 +237,9 @@ def grade_submission(sub: Submission, plan: Plan) -> Submission:
                                                   copies.get(ex.id))
                     break
                 sub.results[ex.id] = _judge(plan, ex, outcomes, copies.get(ex.id, []))
-        if session.output_bytes:  # read to the end once the session is over
-            sub.notes.append(f"printed {session.output_bytes} bytes (not graded)")
+        printed += session.output_bytes  # read to the end once the session is over
+    if printed:
+        sub.notes.append(f"printed {printed} bytes (not graded)")
     sub.results = {e.id: sub.results[e.id] for e in plan.exercises}
     sub.seconds = time.perf_counter() - start
     return sub
