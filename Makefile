@@ -74,6 +74,11 @@ test-book: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab chapters
 
+# Workshops and courses: JupyterLab on the student edition (solutions and answer keys out, checks kept).
+.PHONY: lab-student
+lab-student: student
+	$(BIN)/jupyter lab build/student/chapters
+
 # Regenerate data/graphs/ byte for byte from the project's own generators and model zoo.
 data: $(STAMP)
 	$(BIN)/python -m devplace_lite.data_build data/graphs

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from devplace_lite import schedule
 from devplace_lite.exercises import check, exercises, get, instance
 from devplace_lite.exercises.core import Case, Exercise, close, exact, register
-from devplace_lite.graph import GraphError
+from devplace_lite.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
@@ -45,6 +45,8 @@ def test_stub_is_not_attempted_and_raises_nothing(ex, capsys):
 def test_wrong_answer_gets_the_instance_both_values_and_the_hint(ex):
     def off(*args, **kwargs):
         value = ex.reference(*args, **kwargs)
+        if isinstance(value, tuple):  # (latency, splits) of 04.3: both parts off
+            return tuple(v + 1 for v in value)
         return value + 1 if not isinstance(value, np.ndarray) else value + 1.0
     res = check(ex.id, off, quiet=True)
     assert res.status == "failed" and res.score == 0.0
@@ -145,7 +147,7 @@ def test_late_not_implemented_counts_as_a_failure():
 
 
 def test_unknown_exercise_and_non_function():
-    with pytest.raises(GraphError, match="unknown exercise '99.9'; known: 00.1"):
+    with pytest.raises(UsageError, match="unknown exercise '99.9'; known: 00.1"):
         check("99.9", stub)
     with pytest.raises(TypeError, match="my_max_load"):
         check("01.2", 42)
@@ -185,3 +187,138 @@ def test_fewest_microbatches_is_the_least_m(p, target):
 @given(t=st.lists(st.floats(0.01, 10.0), min_size=1, max_size=8), m=st.integers(1, 40))
 def test_gpipe_step_equals_the_formula(t, m):
     assert abs(get("01.3").reference(t, m) - schedule.gpipe_formula(t, m)) <= 1e-9 * (1 + sum(t) * m)
+
+
+# -- wrong ideas fail most instances, and are named ------------------------------------------------
+WITH_SLIPS = [e for e in ALL if e.slips is not None]
+
+
+def slip_learner(ex, message):
+    """A learner who makes exactly one typical mistake: the slip's value where it applies, else right."""
+    def learner(*args, **kwargs):
+        case = Case(args, kwargs)
+        return next((value for value, msg in ex.slips(case) if msg == message), ex.reference(*args, **kwargs))
+    return learner
+
+
+@pytest.mark.parametrize("ex", WITH_SLIPS, ids=[e.id for e in WITH_SLIPS])
+def test_each_typical_mistake_fails_most_instances_and_is_named(ex):
+    messages = list(dict.fromkeys(msg for i in range(ex.fixed, ex.n) for _, msg in ex.slip_values(ex.case(i))))
+    assert messages
+    for message in messages:
+        res = check(ex.id, slip_learner(ex, message), quiet=True)
+        assert res.status == "failed" and res.score <= 0.35, (message, res.score)
+        assert res.failure["diagnosis"].startswith(message), (message, res.failure["diagnosis"])
+
+
+def test_charging_a_transfer_per_edge_scores_little():
+    """The issue's example: per-edge transfers scored 0.87 on instances most of which it got right."""
+    res = check("01.2", per_edge_max_load, quiet=True)
+    assert res.score <= 0.2
+
+
+def forgetful_latency_with_floor(convex=True, feasible=True):
+    """04.3 as a learner writes it, with the convexity or the violations filter forgotten."""
+    import itertools
+
+    from devplace_lite.cost import max_load, violations
+    from devplace_lite.latency import evaluate_latency, reachability
+
+    def my_latency_with_floor(graph, cluster, floor):
+        R = reachability(graph)
+        best, count = np.inf, 0
+        for labels in itertools.product(range(cluster.size), repeat=graph.n):
+            a = np.array(labels)
+            if feasible and violations(graph, cluster, a):
+                continue
+            if max_load(graph, cluster, a) > floor + 1e-9 * max(1.0, floor):
+                continue
+            if convex and any(np.any(R[s].any(axis=0) & R[:, s].any(axis=1) & ~s)
+                              for s in (a == d for d in range(cluster.k)) if s.any()):
+                continue
+            count += 1
+            best = min(best, evaluate_latency(graph, cluster, a, np.where(a < cluster.k, 0, -1)).latency)
+        return best, count
+    return my_latency_with_floor
+
+
+def test_the_slips_that_used_to_pass_fail():
+    assert check("04.3", forgetful_latency_with_floor(), quiet=True).passed  # the learner's shape is right
+    res = check("04.3", forgetful_latency_with_floor(convex=False), quiet=True)
+    assert res.status == "failed" and res.score <= 0.35 and "convex" in res.failure["diagnosis"]
+    res = check("04.3", forgetful_latency_with_floor(feasible=False), quiet=True)
+    assert res.status == "failed" and res.score <= 0.35 and "violation" in res.failure["diagnosis"]
+
+    def exactly_k_blocks(graph, cluster, order):
+        from devplace_lite.cost import device_loads
+        from devplace_lite.devices import Cluster
+
+        n = len(order)
+
+        def block(i, j):
+            side = np.ones(graph.n, dtype=int)
+            side[list(order[i:j])] = 0
+            compute, comm = device_loads(graph, Cluster(accelerators=2), side)
+            return compute[0] + comm[0]
+        F = [0.0] + [np.inf] * n
+        for _ in range(cluster.k):  # every block non-empty: F[0] is no longer reachable after a round
+            F = [np.inf] + [min(max(F[i], block(i, j)) for i in range(j)) for j in range(1, n + 1)]
+        return F[n]
+    res = check("05.3", exactly_k_blocks, quiet=True)
+    assert res.status == "failed" and res.score <= 0.35 and "exactly k blocks" in res.failure["diagnosis"]
+
+
+def test_the_two_wrong_diagnoses_are_right_now():
+    def principal_ideals(graph):  # the empty set and the down-closure of each node
+        closures = set()
+        for v in range(graph.n):
+            seen, todo = {v}, [v]
+            while todo:
+                for u in graph.pred[todo.pop()]:
+                    if u not in seen:
+                        seen.add(u)
+                        todo.append(u)
+            closures.add(frozenset(seen))
+        return len(closures) + 1
+    res = check("02.2", principal_ideals, quiet=True)  # on the diamond, one short of the 6 ideals
+    assert res.failure["instance"] == 0 and res.failure["diagnosis"].startswith("that is n + 1")
+
+    def fused(forward, backward, microbatches):
+        fb = [f + b for f, b in zip(forward, backward)]
+        return sum(fb) + (microbatches - 1) * max(fb)
+    res = check("08.3", fused, quiet=True)
+    assert res.failure["diagnosis"].startswith("that is the fused estimate"), res.failure["diagnosis"]
+
+
+def test_a_float32_answer_is_told_why_it_fails():
+    from devplace_lite.cost import max_load
+
+    res = check("01.2", lambda graph, cluster, assignment: np.float32(max_load(graph, cluster, assignment)), quiet=True)
+    assert res.status == "failed" and "float32" in res.failure["problem"] and "float64" in res.failure["problem"]
+    res = check("06.2", lambda graph, cluster, order: get("06.2").reference(graph, cluster, order).astype(np.float32),
+                quiet=True)
+    assert "float32" in res.failure["problem"]
+    assert "float32" not in close()(1.0, 2.0)
+
+
+def test_check_has_a_timeout_and_says_so():
+    def endless(graph):
+        while True:
+            pass
+    res = check("00.1", endless, quiet=True, timeout=1.0)
+    assert res.status == "timeout" and res.score == 0.0 and not res.passed
+    assert "stopped after 1 s" in res.message and "timeout=" in res.message
+
+
+def test_check_is_skipped_inside_the_grader(monkeypatch):
+    monkeypatch.setenv("DEVPLACE_GRADING", "1")
+    res = check("01.2", stub, quiet=True)
+    assert res.status == "skipped" and not res.passed
+
+
+@pytest.mark.parametrize("ex_id", ["01.2", "04.3", "05.3"])
+def test_hidden_seeds_give_other_discriminating_instances(ex_id):
+    ex = get(ex_id)
+    book, hidden = ex.case(ex.n - 1, 0), ex.case(ex.n - 1, 987654321)
+    assert book.text != hidden.text and hidden.text == ex.case(ex.n - 1, 987654321).text
+    assert all(ex.compare(hidden.expected, value) is not None for value, _ in ex.slip_values(hidden))

@@ -1,8 +1,10 @@
 """The grader over a folder of submissions: good, wrong, crashing and hanging ones, notebooks and
-folders, through the library, the `devplace grade` command and the pytest plugin."""
+folders, through the library, the `devplace grade` command (CSV, results.json, course file) and
+the pytest plugin. Every submission runs in the bubblewrap sandbox (the `bwrap` fixture)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -15,22 +17,36 @@ import pytest
 
 from devplace_lite.cli import main
 from devplace_lite.exercises import exercises
-from devplace_lite.exercises.grading import discover, grade_folder, table
+from devplace_lite.exercises.grading import Plan, csv_text, discover, grade_folder, resolve_seed, table
 
 CH01 = exercises("01")
+SEED = 20260907
 GOOD = textwrap.dedent('''
     import math
-    from devplace_lite.cost import max_load
     from devplace_lite import schedule
 
     def my_max_load(graph, cluster, assignment):
-        return max_load(graph, cluster, assignment)
+        load = [0.0] * cluster.size
+        for i, v in enumerate(graph.nodes):
+            d = int(assignment[i])
+            load[d] += v.p_acc if d < cluster.k else v.p_cpu
+        paid = set()
+        for u, w in zip(graph.src, graph.dst):
+            du, dw = int(assignment[u]), int(assignment[w])
+            for d in (du, dw) if du != dw else ():
+                if d < cluster.k and (u, d) not in paid:
+                    paid.add((u, d))
+                    load[d] += graph.comm[u]
+        return max(load)
 
     def my_gpipe_step(stage_times, microbatches):
         return sum(stage_times) + (microbatches - 1) * max(stage_times)
 
     def fewest_microbatches(stages, target):
-        return max(1, math.ceil((stages - 1) * (1 - target) / target))
+        m = 1
+        while (stages - 1) / (m + stages - 1) > target:
+            m += 1
+        return m
 
     print("top-level output is harmless")
 ''')
@@ -44,7 +60,6 @@ WRONG = textwrap.dedent('''
 ''')
 CRASH = textwrap.dedent('''
     import os
-    from devplace_lite.cost import max_load
 
     def my_max_load(graph, cluster, assignment):
         os._exit(7)              # takes the whole process down
@@ -56,7 +71,9 @@ CRASH = textwrap.dedent('''
         raise NotImplementedError
 ''')
 HANG = textwrap.dedent('''
-    import time
+    import signal, time
+
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)   # no alarm inside can stop it: the grader kills from outside
 
     def my_max_load(graph, cluster, assignment):
         while True:              # an endless loop
@@ -65,7 +82,7 @@ HANG = textwrap.dedent('''
     def my_gpipe_step(stage_times, microbatches):
         try:
             time.sleep(10**6)
-        except Exception:        # swallowing errors must not defeat the time limit
+        except BaseException:    # swallowing everything must not defeat the time limit
             return 0.0
 
     def fewest_microbatches(stages, target):
@@ -73,9 +90,8 @@ HANG = textwrap.dedent('''
         while (stages - 1) / (m + stages - 1) > target:
             m += 1
         return m
-
-    time.sleep(10**6)            # and a top-level hang after the definitions
 ''')
+SLOW_LOAD = "import time\ntime.sleep(10**6)   # a top-level hang: the load timeout stops it\n"
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +101,12 @@ def folder(tmp_path_factory) -> Path:
     (d / "wrong.py").write_text(WRONG)
     (d / "crash.py").write_text(CRASH)
     (d / "hang.py").write_text(HANG)
+    (d / "slowload.py").write_text(SLOW_LOAD)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("%matplotlib inline\nimport math"),
                 nbformat.v4.new_code_cell("1 / 0   # a chapter computation: skipped by the grader"),
                 nbformat.v4.new_code_cell("def fewest_microbatches(stages, target):\n"
-                                          "    return max(1, math.ceil((stages - 1) * (1 - target) / target))\n"
+                                          "    return max(1, math.ceil(round((stages - 1) * (1 - target) / target, 9)))\n"
                                           "check('01.4', fewest_microbatches)"),
                 nbformat.v4.new_markdown_cell("def my_max_load(): not code")]
     nbformat.write(nb, d / "nb.ipynb")
@@ -105,41 +122,52 @@ def folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def graded(folder):
-    return {s.name: s for s in grade_folder(folder, CH01, timeout=2.0, jobs=2)}
+def graded(folder, bwrap):
+    plan = Plan(CH01, SEED, timeout=8.0, load_timeout=60.0)
+    return {s.name: s for s in grade_folder(folder, plan, jobs=2)}, plan
 
 
 def status(graded, sub, ex_id):
-    return graded[sub].results[ex_id]["status"]
+    return graded[0][sub].results[ex_id]["status"]
 
 
 def test_discovery(folder):
-    assert [s.name for s in discover(folder)] == ["crash.py", "good.py", "hang.py", "md.md", "nb.ipynb", "team", "wrong.py"]
+    assert [s.name for s in discover(folder)] == ["crash.py", "good.py", "hang.py", "md.md", "nb.ipynb", "slowload.py",
+                                                   "team", "wrong.py"]
 
 
 def test_good_submission_gets_full_marks(graded):
+    subs, _ = graded
     assert all(status(graded, "good.py", e.id) == "passed" for e in CH01)
-    assert graded["good.py"].total == len(CH01)
+    assert subs["good.py"].total == len(CH01) and any("printed" in n for n in subs["good.py"].notes)
 
 
 def test_wrong_submission_gets_feedback(graded):
-    r = graded["wrong.py"].results
+    r = graded[0]["wrong.py"].results
     assert r["01.2"]["status"] == "failed" and r["01.2"]["score"] < 0.5 and "first failing instance" in r["01.2"]["message"]
     assert r["01.3"]["status"] == "failed" and 0 < r["01.3"]["score"] < 1 and "diagnosis" in r["01.3"]["message"]
     assert r["01.4"]["status"] == "missing" and "fewest_microbatches" in r["01.4"]["message"]
+    assert "seed=GRADING_SEED" in r["01.2"]["message"] and str(SEED) not in r["01.2"]["message"]
 
 
 def test_crash_costs_only_the_crashing_exercise(graded):
-    r = graded["crash.py"].results
+    r = graded[0]["crash.py"].results
     assert r["01.2"]["status"] == "crashed" and "exited with status 7" in r["01.2"]["message"]
     assert r["01.3"]["status"] == "passed" and r["01.4"]["status"] == "not attempted"
 
 
 def test_hang_costs_only_the_hanging_exercises(graded):
-    r = graded["hang.py"].results
+    r = graded[0]["hang.py"].results
     assert r["01.2"]["status"] == "timeout" and r["01.3"]["status"] == "timeout"
+    assert "the time per exercise" in r["01.2"]["message"] and r["01.2"]["points"] == 0
     assert r["01.4"]["status"] == "passed"
-    assert any("loading stopped" in n for n in graded["hang.py"].notes)
+
+
+def test_a_slow_load_is_its_own_budget_and_says_so(graded):
+    subs, _ = graded
+    r = subs["slowload.py"].results
+    assert all(x["status"] == "timeout" and "the load timeout" in x["message"] for x in r.values())
+    assert any("could not be loaded" in n and "load timeout" in n for n in subs["slowload.py"].notes)
 
 
 def test_notebooks_and_folders(graded):
@@ -148,59 +176,109 @@ def test_notebooks_and_folders(graded):
     assert status(graded, "team", "01.3") == "passed"
 
 
-def test_table_has_a_row_per_submission(graded):
-    subs = sorted(graded.values(), key=lambda s: s.name)
-    text = table(subs, CH01)
-    lines = text.splitlines()
-    assert lines[0].split() == ["submission", "01.2", "01.3", "01.4", "total"] and len(lines) == 2 + len(subs)
+def test_table_and_csv_have_a_row_per_submission(graded):
+    subs, plan = graded
+    ordered = sorted(subs.values(), key=lambda s: s.name)
+    lines = table(ordered, plan).splitlines()
+    assert lines[0].split() == ["submission", "01.2", "01.3", "01.4", "total"] and len(lines) == 2 + len(ordered)
     assert "3.00/3" in next(ln for ln in lines if ln.startswith("good.py"))
     assert "timeout" in next(ln for ln in lines if ln.startswith("hang.py"))
+    rows = list(csv.DictReader(csv_text(ordered, plan).splitlines()))
+    assert [r["submission"] for r in rows] == [s.name for s in ordered]
+    good = next(r for r in rows if r["submission"] == "good.py")
+    assert (good["01.2"], good["total"], good["out_of"], good["flags"]) == ("1", "3", "3", "")
+    assert "01.2 timeout" in next(r for r in rows if r["submission"] == "hang.py")["flags"]
 
 
-def test_cli_json_and_list(folder, tmp_path, capsys):
+def test_the_seed_is_the_instructors_never_the_books(tmp_path):
+    from devplace_lite.errors import UsageError
+
+    with pytest.raises(UsageError, match="secret seed"):
+        resolve_seed()
+    with pytest.raises(UsageError, match="book's"):
+        resolve_seed(0)
+    (tmp_path / "seed").write_text("correct horse battery staple\n")
+    assert resolve_seed(seed_file=tmp_path / "seed") == resolve_seed(seed_file=tmp_path / "seed") > 0
+    (tmp_path / "n").write_text("42\n")
+    assert resolve_seed(seed_file=tmp_path / "n") == 42 == resolve_seed(42)
+
+
+def test_cli_course_csv_results_json_and_list(tmp_path, capsys, bwrap):
     small = tmp_path / "subs"
     small.mkdir()
     (small / "good.py").write_text(GOOD)
     (small / "wrong.py").write_text(WRONG)
-    assert main(["grade", str(small), "--chapter", "01", "--json", "--timeout", "5"]) == 0
+    (tmp_path / "secret.txt").write_text("a secret of mine\n")
+    (tmp_path / "course.toml").write_text('[grading]\nseed_file = "secret.txt"\ntimeout = 20\n\n'
+                                          '[exercises]\n"01.3" = { points = 3, pass = 0.25 }\n"01.2" = { points = 4 }\n')
+    sheet, results = tmp_path / "sheet.csv", tmp_path / "results"
+    assert main(["grade", str(small), "--course", str(tmp_path / "course.toml"), "--json", "--csv", str(sheet),
+                 "--results-json", str(results)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [e["id"] for e in out["exercises"]] == [e.id for e in CH01]
+    assert [e["id"] for e in out["exercises"]] == ["01.3", "01.2"] and "bubblewrap" in out["sandbox"]
     by = {s["submission"]: s for s in out["submissions"]}
-    assert by["good.py"]["total"] == 3 and by["wrong.py"]["results"]["01.4"]["status"] == "missing"
-    assert main(["grade", str(small), "--exercise", "01.3", "--details"]) == 0
+    assert by["good.py"]["total"] == 7 and by["wrong.py"]["results"]["01.2"]["points"] == 0
+    wrong_13 = by["wrong.py"]["results"]["01.3"]
+    assert 0.25 <= wrong_13["score"] < 1 and wrong_13["points"] == 3  # over the course's pass threshold
+    rows = list(csv.reader(sheet.read_text().splitlines()))
+    assert rows[0] == ["submission", "01.3", "01.2", "total", "out_of", "flags"] and rows[1][:5] == ["good.py", "3", "4", "7", "7"]
+    gradescope = json.loads((results / "good.json").read_text())
+    assert gradescope["score"] == 7 and [t["max_score"] for t in gradescope["tests"]] == [3, 4]
+    assert main(["grade", str(small), "--exercise", "01.3", "--details", "--seed", "99"]) == 0
     text = capsys.readouterr().out
-    assert text.splitlines()[0].split() == ["submission", "01.3", "total"] and "diagnosis" in text
+    assert "sandbox: bubblewrap" in text and "diagnosis" in text
+    assert next(ln for ln in text.splitlines() if ln.startswith("submission")).split() == ["submission", "01.3", "total"]
     assert main(["grade", "--list", "--chapter", "01"]) == 0
     listing = capsys.readouterr().out
     assert all(e.name in listing for e in CH01)
 
 
 def test_cli_bad_input_is_one_line_and_status_2(tmp_path, capsys):
-    assert main(["grade", str(tmp_path / "nope")]) == 2
+    bad = [(["grade", str(tmp_path / "nope"), "--seed", "5"], "does not exist"),
+           (["grade", str(tmp_path), "--chapter", "42", "--seed", "5"], "no exercises registered for chapter 42"),
+           (["grade", str(tmp_path), "--exercise", "01.99", "--seed", "5"], "unknown exercise '01.99'"),
+           (["grade", str(tmp_path)], "secret seed"),
+           (["grade", str(tmp_path), "--seed", "0"], "book's"),
+           (["grade", str(tmp_path), "--seed", "5", "--course", str(tmp_path / "none.toml")], "cannot read it")]
+    (tmp_path / "bad.toml").write_text('[exercises]\n"01.2" = { points = -1 }\n')
+    bad.append((["grade", str(tmp_path), "--seed", "5", "--course", str(tmp_path / "bad.toml")], "exercises.01.2.points"))
+    for argv, message in bad:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, (argv, err)
+
+
+def test_refuses_to_grade_without_bwrap_unless_told(tmp_path, monkeypatch, capsys):
+    import devplace_lite.exercises.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
+    (tmp_path / "good.py").write_text(GOOD)
+    assert main(["grade", str(tmp_path), "--seed", "5", "--exercise", "01.3"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "does not exist" in err
-    assert main(["grade", str(tmp_path), "--chapter", "42"]) == 2
-    assert "no exercises registered for chapter 42" in capsys.readouterr().err
-    assert main(["grade", str(tmp_path), "--exercise", "01.99"]) == 2
-    assert "unknown exercise '01.99'" in capsys.readouterr().err
+    assert "bubblewrap (bwrap) is not installed" in err and "--unsafe-no-sandbox" in err and "macOS" in err
+    assert main(["grade", str(tmp_path), "--seed", "5", "--exercise", "01.3", "--unsafe-no-sandbox"]) == 0
+    out = capsys.readouterr().out
+    assert "NO SANDBOX" in out and "1.00/1" in out
 
 
-def test_pytest_plugin(tmp_path):
+def test_pytest_plugin_selects_exercises(tmp_path, bwrap):
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "good.py").write_text(GOOD)
     (subs / "wrong.py").write_text(WRONG)
     report = tmp_path / "grades.xml"
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "devplace_lite.exercises.pytest_plugin", str(subs),
-                        "--grade-chapter", "01", "--grade-timeout", "5", f"--junitxml={report}", "-q",
-                        "-p", "no:cacheprovider", "-p", "no:randomly", "--rootdir", str(tmp_path)],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+                        "--grade-exercise", "01.2", "--grade-exercise", "01.4", "--grade-seed", "31",
+                        "--grade-timeout", "20", f"--junitxml={report}", "-q", "-p", "no:cacheprovider",
+                        "-p", "no:randomly", "--rootdir", str(tmp_path)],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert r.returncode == 1, r.stdout + r.stderr  # the wrong submission fails its tests
-    assert "3 failed, 3 passed" in r.stdout
+    assert "2 failed, 2 passed" in r.stdout
     cases = ET.parse(report).getroot().iter("testcase")
     props = {(c.get("classname"), c.get("name")): {p.get("name"): p.get("value") for p in c.iter("property")}
              for c in cases}
     good = {name: p for (cls, name), p in props.items() if cls.endswith("good")}
     wrong = {name: p for (cls, name), p in props.items() if cls.endswith("wrong")}
-    assert all(p["status"] == "passed" and p["score"] == "1.0" for p in good.values()) and len(good) == 3
-    assert wrong["01.4 fewest_microbatches"] == {"score": "0.0", "status": "missing"}
+    assert sorted(good) == ["01.2 my_max_load", "01.4 fewest_microbatches"]
+    assert all(p["status"] == "passed" and p["score"] == "1.0" and p["points"] == "1.0" for p in good.values())
+    assert wrong["01.4 fewest_microbatches"] == {"score": "0.0", "status": "missing", "points": "0.0"}

@@ -127,3 +127,34 @@ def test_student_edition_runs_and_reports_not_attempted(edition, md):
     for ex in exercises(md.name[:2]):
         assert f"{ex.id} {ex.name}: not attempted" in out
     assert all(c.get("execution_count") for c in nb.cells if c.cell_type == "code"), "a cell did not run"
+
+
+def _think_questions(nb) -> list[int]:
+    """Indices of the cells that ask a Think question in a chapter's Exercises section."""
+    start = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "## Exercises" in c.source), None)
+    return [] if start is None else [i for i, c in enumerate(nb.cells) if i >= start and c.cell_type == "markdown"
+                                     and "*(Think.)*" in c.source]
+
+
+@pytest.mark.parametrize("md", sorted(CHAPTERS.glob("[0-9][0-9]_*.md")), ids=lambda p: p.stem)
+def test_every_think_question_has_an_answer_key_and_rubric_only_for_instructors(edition, md):
+    master = jupytext.read(md)
+    for i in _think_questions(master):
+        key = next(c for c in master.cells[i + 1:] if "solution" in c.metadata.get("tags", []))
+        assert "A sketch of an answer" in key.source and "**Rubric" in key.source, f"{md.stem}: Think question without a key"
+    student = (edition / "chapters" / md.name).read_text(encoding="utf-8")
+    student_nb = (edition / "notebooks" / f"{md.stem}.ipynb").read_text(encoding="utf-8")
+    for text in (student, student_nb):
+        assert "A sketch of an answer" not in text and "Rubric" not in text, f"{md.stem}: an answer key leaked"
+
+
+def test_coding_exercises_are_checked_and_the_others_say_what_they_are():
+    """A *(Code.)* exercise has a check (the issue found two without); the rest are Think, Explore, Research."""
+    labels = re.compile(r"^\d+\. \*\((Code|Think|Explore|Research)\.\)\*", re.M)
+    for md in sorted(CHAPTERS.glob("[0-9][0-9]_*.md")):
+        text = md.read_text(encoding="utf-8")
+        section = text[text.index("## Exercises"):]
+        items = re.findall(r"^(\d+)\. \*\((\w+)\.\)\*", section, re.M)
+        assert len(items) == len(labels.findall(section)), f"{md.stem}: an exercise without a known label"
+        coded = {f"{md.name[:2]}.{n}" for n, kind in items if kind == "Code"}
+        assert coded == {e.id for e in exercises(md.name[:2])}, f"{md.stem}: (Code.) labels and checks differ"

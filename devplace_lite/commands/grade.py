@@ -1,16 +1,25 @@
-"""``devplace grade``: score a folder of submissions on the book's self-grading exercises.
+"""``devplace grade``: mark a folder of submissions on the book's self-grading exercises.
 
-    devplace grade SUBMISSIONS_DIR [--chapter 01] [--exercise 01.2 ...] [--timeout 30]
-                   [--seed 0] [--jobs 1] [--json] [--details]
+    devplace grade SUBMISSIONS_DIR (--seed N | --seed-file F) [--course course.toml]
+                   [--chapter 01] [--exercise 01.2 ...] [--timeout 30] [--load-timeout 120]
+                   [--jobs 1] [--csv sheet.csv] [--results-json PATH] [--json] [--details]
+                   [--unsafe-no-sandbox]
     devplace grade --list [--chapter 01]
 
 Each entry of the folder (a ``.py`` file, a notebook ``.ipynb`` / ``.md``, or a folder of such
 files) is one submission; it defines the exercise functions under the names ``--list`` prints.
-Every submission runs in its own process with a time limit per exercise, so one that hangs
-or crashes costs only its own marks. Output: a score table (share of instances right per
-exercise, or ``n/a`` not attempted, ``missing``, ``timeout``, ``crashed``, ``error``), or with
-``--json`` one object: ``exercises`` (id, name, title), ``seed``, ``timeout`` and
-``submissions`` (name, files, total, notes, and per exercise id: status, score, message).
+Every submission runs in a bubblewrap sandbox (see `devplace_lite.exercises.sandbox`) on
+instances drawn from the instructor's secret seed, and its answers are checked outside it.
+Grading refuses to start without ``bwrap`` unless ``--unsafe-no-sandbox`` is given.
+
+Output: how the submissions were contained, then a table of points per exercise (or why none:
+``n/a`` not attempted, ``missing``, ``timeout``, ``memory``, ``output``, ``crashed``, ``COPY``)
+and the total, then what to look at (copies, runaways, code to review); ``--details`` adds every
+failure's feedback. ``--json``: one object with ``exercises``, ``timeout``, ``load_timeout``,
+``sandbox`` and ``submissions`` (name, files, total, notes, review, and per exercise id: status,
+score, points, max_points, message); the seed is never printed. ``--csv`` writes the grade sheet
+(one row per submission, one column per exercise, the total), ``--results-json`` Gradescope's
+``results.json`` (a file for one submission, a folder of them for several).
 """
 
 from __future__ import annotations
@@ -21,43 +30,56 @@ from pathlib import Path
 from .. import options
 from . import print_json
 
-HELP = "grade a folder of exercise submissions (score table or --json)"
+HELP = "grade a folder of exercise submissions, sandboxed, on your secret instances"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("submissions", nargs="?", help="folder of submissions (.py, .ipynb, .md, or one folder each)")
+    parser.add_argument("--seed", type=options.SEED, default=None, help="your secret seed of the grading instances (not 0, the book's)")
+    parser.add_argument("--seed-file", default=None, help="a file holding your secret seed (a number or any text)")
+    parser.add_argument("--course", default=None, help="course file (TOML): exercises, points, pass thresholds, limits")
     parser.add_argument("--chapter", help="only this chapter's exercises (e.g. 01)")
     parser.add_argument("--exercise", action="append", help="only this exercise id (repeatable)")
-    parser.add_argument("--timeout", type=options.SECONDS, default=30.0, help="seconds per exercise (default 30)")
-    parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the instances (default 0, as in the book)")
+    parser.add_argument("--timeout", type=options.SECONDS, default=None, help="seconds per exercise (default 30)")
+    parser.add_argument("--load-timeout", type=options.SECONDS, default=None,
+                        help="seconds to load a submission: imports, notebook set-up (default 120)")
     parser.add_argument("--jobs", type=options.WORKERS, default=1, help="submissions graded at once (default 1)")
+    parser.add_argument("--csv", default=None, help="write the grade sheet here (one row per submission)")
+    parser.add_argument("--results-json", default=None, help="write Gradescope results.json here")
     parser.add_argument("--details", action="store_true", help="print each failure's feedback under the table")
     parser.add_argument("--list", action="store_true", help="list the exercises and the function names to define")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="grade without bubblewrap (submissions can then read and change your files)")
     parser.add_argument("--json", action="store_true")
 
 
-def _select(args: argparse.Namespace) -> list:
+def _select(args: argparse.Namespace, course) -> list:
+    from ..errors import UsageError
     from ..exercises import exercises, get
-    from ..graph import GraphError
 
     if args.chapter is not None and not str(args.chapter).isdigit():
-        raise GraphError(f"--chapter must be a chapter number such as 01, got {args.chapter!r}")
-    chosen = exercises(args.chapter)
+        raise UsageError(f"--chapter must be a chapter number such as 01, got {args.chapter!r}")
+    chosen = [get(i) for i in course.marks] if course.marks else exercises()
+    if args.chapter is not None:
+        chosen = [e for e in chosen if e.chapter == f"{int(args.chapter):02d}"]
     if args.exercise:
         wanted = [get(i) for i in args.exercise]
-        chosen = [e for e in wanted if args.chapter is None or e in chosen]
+        chosen = [e for e in wanted if e in chosen]
     if not chosen:
-        raise GraphError(f"no exercises registered for chapter {args.chapter}" if args.chapter
-                         else "no exercises selected")
+        raise UsageError(f"no exercises registered for chapter {args.chapter}" if args.chapter else "no exercises selected")
     return chosen
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..exercises.grading import grade_folder, table
-    from ..graph import GraphError
+    from ..errors import UsageError
+    from ..exercises.course import Course, load_course
+    from ..exercises.grading import (Plan, csv_text, flags, grade_folder, header, resolve_seed, table, write_atomic,
+                                     write_results)
 
-    chosen = _select(args)
-    listing = [{"id": e.id, "name": e.name, "title": e.title, "instances": e.n} for e in chosen]
+    course = load_course(args.course) if args.course else Course()
+    chosen = _select(args, course)
+    listing = [{"id": e.id, "name": e.name, "title": e.title, "instances": e.n,
+                "points": course.mark(e.id).points} for e in chosen]
     if args.list:
         if args.json:
             print_json({"exercises": listing})
@@ -66,20 +88,40 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{e['id']:6s} {e['name']:22s} {e['title']}")
         return 0
     if args.submissions is None:
-        raise GraphError("grade: give the folder of submissions (or --list)")
-    subs = grade_folder(Path(args.submissions), chosen, timeout=args.timeout, seed=args.seed, jobs=args.jobs)
+        raise UsageError("grade: give the folder of submissions (or --list)")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    seed_file = args.seed_file if args.seed_file is not None or args.seed is not None else course.seed_file
+    plan = Plan(chosen, resolve_seed(args.seed, seed_file),
+                timeout=args.timeout if args.timeout is not None else course.timeout or 30.0,
+                load_timeout=args.load_timeout if args.load_timeout is not None else course.load_timeout or 120.0,
+                limits=course.limits, course=course, unsafe=args.unsafe_no_sandbox)
+    subs = grade_folder(Path(args.submissions), plan, jobs=args.jobs)
+    if args.csv:
+        write_atomic(Path(args.csv), csv_text(subs, plan))
+    if args.results_json and subs:
+        write_results(subs, plan, Path(args.results_json))
     if args.json:
-        print_json({"exercises": listing, "seed": args.seed, "timeout": args.timeout,
-                   "submissions": [s.to_dict() for s in subs]})
+        print_json({"exercises": listing, "timeout": plan.timeout, "load_timeout": plan.load_timeout,
+                    "sandbox": header(plan), "submissions": [s.to_dict() for s in subs]})
         return 0
+    print(header(plan))
     if not subs:
         print(f"no submissions (.py, .ipynb, .md) in {args.submissions}")
         return 0
-    print(table(subs, chosen))
+    print()
+    print(table(subs, plan))
+    flagged = [(s.name, flags(s)) for s in subs if flags(s)]
+    if flagged:
+        print("\nto look at:")
+        for name, text in flagged:
+            print(f"  {name}: {text}")
     if args.details:
         for s in subs:
             lines = [r["message"] for r in s.results.values() if r["status"] != "passed"] + s.notes
             if lines:
                 print(f"\n{s.name}:")
                 print("\n".join("  " + ln.replace("\n", "\n  ") for ln in lines))
+    if args.csv:
+        print(f"\ngrade sheet written to {args.csv}")
     return 0

@@ -8,14 +8,16 @@ In a chapter, after writing the function an exercise asks for::
 `check` runs the function against the reference solution on seeded random instances (the
 same ones every year for a given ``seed``) and prints a short report: ``passed``, or the first
 instance that fails (how to rebuild it), the expected value against the returned one, a
-diagnosis when the answer matches a typical mistake, and a hint. It returns a `CheckResult`
+diagnosis when the answers fit a typical mistake, and a hint. It returns a `CheckResult`
 with ``passed``, ``score`` (share of instances right), ``status`` and ``message``. A function
 that raises ``NotImplementedError`` (the stub of the student edition) is reported as *not
-attempted*, and nothing is raised, so the rest of the notebook still runs.
+attempted*, and nothing is raised, so the rest of the notebook still runs. The function gets
+``timeout`` seconds (60 by default); an endless loop ends the check with status ``timeout``.
 
-Instructors grade a folder of submissions with ``devplace grade DIR`` (see
-`devplace_lite.exercises.grading`): each submission defines the functions under the names
-listed by ``devplace grade --list`` (the ``name`` of each exercise below).
+Instructors grade a folder of submissions with ``devplace grade DIR --seed-file SECRET`` (see
+`devplace_lite.exercises.grading`): each submission runs in a bubblewrap sandbox on instances
+drawn from the instructor's secret seed, and is checked outside it. Each submission defines the
+functions under the names listed by ``devplace grade --list`` (the ``name`` of each exercise below).
 
 Adding an exercise
 ------------------
@@ -35,9 +37,15 @@ demand: nothing else needs editing. To add exercise ``x`` of chapter ``NN``:
                 reference=reference, cases=cases,
                 compare=close(rtol=1e-9),        # or exact(), or your own comparator
                 hint="what to look at first",
-                diagnose=None,                   # optional: recognise typical wrong answers
-                                                 # (first_slip names the mistake behind one)
+                slips=slips,                     # case -> [(value of a typical mistake, message)]
+                fixed=2,                         # instances 0, 1 are worked examples
+                forbidden=("devplace_lite.cost:max_load",),  # library answers: calling them is a copy
                 n=20)                            # instances per check
+
+   ``slips`` make the instances discriminating: each random instance is drawn again until
+   every typical mistake gets it wrong, so a wrong idea fails nearly all of them, and a wrong
+   answer equal to a slip's value is diagnosed with its message. ``diagnose(case, expected,
+   got)`` recognises mistakes that are not values (an answer one off, a wrong shape).
 
    ``name`` is the function the learner writes, and the name graders look for; it must be
    unique across the book. A comparator returns ``None`` when the answer is right, else one
@@ -54,8 +62,8 @@ demand: nothing else needs editing. To add exercise ``x`` of chapter ``NN``:
    solution cell defines the registered name.
 """
 
-from .core import (REGISTRY, Case, CheckResult, Exercise, check, close, exact, exercises, first_slip, get,
-                   instance, random_topological_order, register)
+from .core import (REGISTRY, Case, CheckResult, Exercise, check, close, exact, exercises, get, instance,
+                   random_topological_order, register)
 
-__all__ = ["Case", "CheckResult", "Exercise", "REGISTRY", "check", "close", "exact", "exercises", "first_slip",
-           "get", "instance", "random_topological_order", "register"]
+__all__ = ["Case", "CheckResult", "Exercise", "REGISTRY", "check", "close", "exact", "exercises", "get", "instance",
+           "random_topological_order", "register"]

@@ -8,11 +8,11 @@ from fractions import Fraction
 import numpy as np
 
 from .. import schedule
-from ..cost import max_load
+from ..cost import device_loads, max_load
 from ..devices import Cluster
 from ..generators import generate
 from ..graph import Graph, Node
-from .core import Case, close, exact, first_slip, register
+from .core import Case, close, exact, register
 
 # -- 01.2  the max-load of a placement, from the formula ----------------------------------------
 
@@ -37,9 +37,32 @@ def _max_load_cases(rng: np.random.Generator, i: int) -> Case:
         g = generate(family, n, seed=seed, training=training)
         text = f"graph = generate({family!r}, {n}, seed={seed}, training={training})"
         cluster = Cluster(accelerators=int(rng.integers(1, 5)), cpus=int(rng.integers(0, 3)))
-        a = rng.integers(0, cluster.size, size=g.n)
+        # each core takes its share of the nodes in proportion to its speed
+        speed = np.r_[np.ones(cluster.k), np.full(cluster.l, float(np.nanmean(g.p_acc) / np.nanmean(g.p_cpu)))]
+        a = rng.choice(cluster.size, size=g.n, p=speed / speed.sum())
+        g, text = _core_just_below(g, cluster, a, text)
     return Case((g, cluster, a), text=f"{text}; cluster = Cluster(accelerators={cluster.k}, cpus={cluster.l}); "
                                      f"assignment = np.array({a.tolist()})")
+
+
+def _core_just_below(g: Graph, cluster: Cluster, a: np.ndarray, text: str) -> tuple[Graph, str]:
+    """Scale the CPU times so that the busiest core sits just below the max-load, by half the
+    transfers it would pay if cores paid them: then every slip, on either kind of device, moves
+    the max-load (a slip on a device below the max-load shows nowhere)."""
+    if not cluster.l or not cluster.k:
+        return g, text
+    compute, comm = device_loads(g, cluster, a)
+    top = float((compute + comm)[: cluster.k].max())
+    paid = device_loads(g, Cluster(accelerators=cluster.size), a)[1][cluster.k:]
+    core = int(np.argmax(paid))
+    if paid[core] <= 0 or compute[cluster.k + core] <= 0:
+        return g, text
+    beta = round((top - paid[core] / 2) / compute[cluster.k + core], 6)
+    if beta <= 0:
+        return g, text
+    g = g.with_nodes([Node(**{**v.__dict__, "p_cpu": None if v.p_cpu is None else v.p_cpu * beta}) for v in g.nodes])
+    return g, (f"{text}; graph = graph.with_nodes([Node(**{{**v.__dict__, 'p_cpu': v.p_cpu * {beta}}}) "
+               f"for v in graph.nodes])")
 
 
 def _variant_max_load(g: Graph, cluster: Cluster, a, *, per_edge=False, cpu_pays=False, send=True, recv=True,
@@ -69,16 +92,15 @@ _MAX_LOAD_SLIPS = [
 ]
 
 
-def _max_load_diagnose(case: Case, expected: float, got) -> str | None:
-    for kwargs, message in _MAX_LOAD_SLIPS:
-        if abs(_variant_max_load(*case.args, **kwargs) - float(got)) <= 1e-9 * max(1.0, abs(expected)):
-            return message
-    return None
+def _max_load_slips(case: Case) -> list:
+    return [(_variant_max_load(*case.args, **kwargs), message) for kwargs, message in _MAX_LOAD_SLIPS]
 
 
 register(id="01.2", name="my_max_load", title="max-load of a placement from the formula",
          reference=lambda graph, cluster, assignment: max_load(graph, cluster, np.asarray(assignment)),
-         cases=_max_load_cases, compare=close(rtol=1e-9, atol=1e-9), diagnose=_max_load_diagnose, n=30,
+         cases=_max_load_cases, compare=close(rtol=1e-9, atol=1e-9), slips=_max_load_slips, fixed=2, n=30,
+         forbidden=("devplace_lite.cost:max_load", "devplace_lite.cost:device_loads", "devplace_lite.cost:evaluate",
+                    "devplace_lite.exhaustive", "devplace_lite.sim"),
          hint="a device's load is its compute (p_acc on an accelerator, p_cpu on a CPU core) plus, on an "
               "accelerator only, c(u) once for every producer u that has an edge crossing the device's boundary")
 
@@ -102,22 +124,22 @@ def _step_cases(rng: np.random.Generator, i: int) -> Case:
     return Case((t, m), text=f"stage_times = {t}; microbatches = {m}")
 
 
-def _step_diagnose(case: Case, expected: float, got) -> str | None:
+def _step_slips(case: Case) -> list:
     t, m = case.args
-    p, got = len(t), float(got)
-    slips = [((m + p - 1) * max(t), "(m + p - 1) x max(t) holds only for equal stages: the other stages "
+    p = len(t)
+    return [((m + p - 1) * max(t), "(m + p - 1) x max(t) holds only for equal stages: the other stages "
                                     "take less than max(t) while the pipeline fills and drains"),
              ((m + p - 1) * float(np.mean(t)), "(m + p - 1) x the mean stage time is not it: in steady state "
                                                "the slowest stage sets the pace"),
              (m * sum(t), "that runs the micro-batches one after another, without pipelining"),
              (sum(t) + m * max(t), "off by one micro-batch: the first micro-batch's trip through all stages "
                                    "already includes one max(t)")]
-    return first_slip(slips, expected, got)
 
 
 register(id="01.3", name="my_gpipe_step", title="forward GPipe step time for any stage times",
-         reference=gpipe_step, cases=_step_cases, compare=close(rtol=1e-9, atol=1e-9), diagnose=_step_diagnose,
-         n=20, hint="follow one chain of tasks through the grid of (stage, micro-batch) boxes: the step ends "
+         reference=gpipe_step, cases=_step_cases, compare=close(rtol=1e-9, atol=1e-9), slips=_step_slips,
+         fixed=6, n=20, forbidden=("devplace_lite.schedule:gpipe", "devplace_lite.schedule:makespan",
+                                   "devplace_lite.schedule:gpipe_formula"), hint="follow one chain of tasks through the grid of (stage, micro-batch) boxes: the step ends "
                     "when the longest such chain ends; which stage would it linger on?")
 
 # -- 01.4  how many micro-batches keep the bubble small --------------------------------------------------
@@ -151,6 +173,15 @@ def _fewest_cases(rng: np.random.Generator, i: int) -> Case:
     return Case((p, target), text=f"stages = {p}; target = {target}")
 
 
+def _fewest_slips(case: Case) -> list:
+    p, target = case.args
+    x = (p - 1) * (1 - target) / target
+    return [(max(1, math.floor(x)), "that rounds (p - 1)(1 - target) / target down: the smallest integer m at or "
+                                    "above it is the ceiling"),
+            (max(1, math.ceil((p - 1) / target)), "that solves (p - 1) / m <= target: the bubble's denominator is "
+                                                  "m + p - 1, the whole step")]
+
+
 def _fewest_diagnose(case: Case, expected: int, got) -> str | None:
     if got == expected - 1:
         return "one short: with that many micro-batches the bubble is still above the target"
@@ -163,5 +194,6 @@ def _fewest_diagnose(case: Case, expected: int, got) -> str | None:
 
 
 register(id="01.4", name="fewest_microbatches", title="fewest micro-batches for a bubble at most a target",
-         reference=fewest_microbatches, cases=_fewest_cases, compare=exact(), diagnose=_fewest_diagnose, n=20,
+         reference=fewest_microbatches, cases=_fewest_cases, compare=exact(), slips=_fewest_slips, diagnose=_fewest_diagnose,
+         fixed=4, n=20,
          hint="solve (p - 1) / (m + p - 1) <= target for m, then take the smallest integer m >= 1 that satisfies it")

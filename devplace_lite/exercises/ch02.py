@@ -37,18 +37,21 @@ def _count_cases(rng: np.random.Generator, i: int) -> Case:
     return Case((g,), text=text)
 
 
-def _count_diagnose(case: Case, expected: int, got) -> str | None:
-    if got == expected - 1:
-        return "one short: the empty set is an ideal too (and so is the whole graph)"
-    if got == expected - 2:
-        return "two short: count the empty set and the whole graph as ideals"
-    if got == 2 ** case.args[0].n:
-        return "that counts every subset; an ideal must contain each predecessor of each of its nodes"
-    return None
+def _count_slips(case: Case) -> list:
+    g = case.args[0]
+    expected = ideal_count(g)
+    return [(g.n + 1, "that is n + 1: the prefixes of one topological order, or the empty set and the down-closure "
+                      "of each node; other orders, and unions of down-closures, are ideals too (grow each ideal by "
+                      "one node at a time, from every ideal found)"),
+            (2 ** g.n, "that counts every subset; an ideal must contain each predecessor of each of its nodes"),
+            (expected - 1, "one short: the empty set and the whole graph both count (is one of them left out?)"),
+            (expected - 2, "two short: count the empty set and the whole graph as ideals")]
 
 
 register(id="02.2", name="my_ideal_count", title="number of ideals of a small DAG",
-         reference=ideal_count, cases=_count_cases, compare=exact(), diagnose=_count_diagnose, n=20,
+         reference=ideal_count, cases=_count_cases, compare=exact(), slips=_count_slips, fixed=2, n=20,
+         forbidden=("devplace_lite.ideals:count_ideals", "devplace_lite.ideals:enumerate_ideals",
+                    "devplace_lite.ideals:_count", "devplace_lite.dp"),
          hint="grow ideals from the empty set: a node may join an ideal when all its predecessors are in "
               "it; keep the ideals in a set (a frozenset or a bit mask each) so each is counted once")
 
@@ -68,22 +71,27 @@ def _dp_cases(rng: np.random.Generator, i: int) -> Case:
     return Case((g, k), text=f"{text}; k = {k}")
 
 
-def _dp_diagnose(case: Case, expected: float, got) -> str | None:
+def _dp_slips(case: Case) -> list:
     from ..dp import linear
 
     g, k = case.args
-    got = float(got)
-    lin = linear(g, Cluster(accelerators=int(k))).objective
-    if abs(got - lin) <= 1e-9 * max(1.0, lin) and got > expected:
-        return "that is the best split into blocks of one topological order; the recurrence ranges over all ideals J of I"
-    if abs(got - float(g.p_acc.sum()) / k) <= 1e-9 * max(1.0, got):
-        return "that is the total work divided by k, a lower bound, not a split"
-    if got < expected - 1e-9:
+    free = g.with_nodes([Node(**{**v.__dict__, "comm": 0.0}) for v in g.nodes])
+    return [(float(linear(g, Cluster(accelerators=int(k))).objective),
+             "that is the best split into blocks of one topological order; the recurrence ranges over all ideals J of I"),
+            (dp_accelerators(free, k), "that is the optimum with no transfers: acc(S) also pays c(u) for each producer "
+                                       "u with an edge leaving or entering S"),
+            (float(g.p_acc.sum()) / k, "that is the total work divided by k, a lower bound, not a split")]
+
+
+def _dp_diagnose(case: Case, expected: float, got) -> str | None:
+    if float(got) < expected - 1e-9 * max(1.0, abs(expected)):
         return "lower than the optimum: is the transfer cost of each part counted (producers with an edge leaving or entering it)?"
     return None
 
 
 register(id="02.3", name="my_dp_accelerators", title="the DP over ideals for accelerators only",
-         reference=dp_accelerators, cases=_dp_cases, compare=close(rtol=1e-9, atol=1e-9), diagnose=_dp_diagnose,
-         n=12, hint="D[f][I] = min over ideals J inside I of max(D[f-1][J], acc(I - J)), D[f][empty] = 0, answer "
+         reference=dp_accelerators, cases=_dp_cases, compare=close(rtol=1e-9, atol=1e-9), slips=_dp_slips,
+         diagnose=_dp_diagnose, fixed=2, n=12,
+         forbidden=("devplace_lite.dp", "devplace_lite.exhaustive", "devplace_lite.mip",
+                    "devplace_lite.baselines:exhaustive_chain"), hint="D[f][I] = min over ideals J inside I of max(D[f-1][J], acc(I - J)), D[f][empty] = 0, answer "
                     "D[k][all]; acc(S) is the load of acc0 when S is on acc0 and the rest on acc1")

@@ -77,24 +77,27 @@ def _forbidden_cases(rng: np.random.Generator, i: int) -> Case:
                 text=f"{text}; cluster = Cluster(accelerators={k}); forbidden = {forbidden}")
 
 
-def _forbidden_diagnose(case: Case, expected: float, got) -> str | None:
+def _forbidden_slips(case: Case) -> list:
     graph, cluster, forbidden = case.args
-    got = float(got)
-    tol = 1e-9 * max(1.0, abs(expected))
-    free = exhaustive(graph, cluster, kind="any").objective
-    if abs(got - free) <= tol and abs(free - expected) > tol:
-        return "that is the optimum with no pair forbidden: are the rows x[v, d] == 0 in the problem you solve?"
+    out = [(float(exhaustive(graph, cluster, kind="any").objective),
+            "that is the optimum with no pair forbidden: are the rows x[v, d] == 0 in the problem you solve?")]
     swapped = [(d, v) for v, d in forbidden if d < graph.n and v < cluster.size]
-    if len(swapped) == len(forbidden) and abs(got - forbidden_optimum(graph, cluster, swapped)) <= tol:
-        return "that forbids (device, operator) pairs: each pair is (operator index, device index)"
-    if got < expected - tol:
+    if len(swapped) == len(forbidden):
+        out.append((forbidden_optimum(graph, cluster, swapped),
+                    "that forbids (device, operator) pairs: each pair is (operator index, device index)"))
+    return out
+
+
+def _forbidden_diagnose(case: Case, expected: float, got) -> str | None:
+    if float(got) < expected - 1e-9 * max(1.0, abs(expected)):
         return "below the optimum: some forbidden pair is still allowed, or an output that crosses is not paid"
     return None
 
 
 register(id="03.2", name="my_forbidden_optimum", title="max-load IP with forbidden (operator, device) pairs",
          reference=forbidden_optimum, cases=_forbidden_cases, compare=close(rtol=1e-6, atol=1e-7),
-         diagnose=_forbidden_diagnose, n=10,
+         slips=_forbidden_slips, diagnose=_forbidden_diagnose, fixed=1, n=10,
+         forbidden=("devplace_lite.exhaustive", "devplace_lite.mip"),
          hint="start from the first model of the chapter (x, y, T and the load rows over cluster.k "
               "accelerators) and add one row x[v, d] == 0 per pair; return the problem's value")
 
@@ -110,6 +113,21 @@ def _scaled(graph: Graph, alpha: float) -> Graph:
     return graph.with_nodes([Node(**{**v.__dict__, "comm": v.comm * alpha}) for v in graph.nodes])
 
 
+def _parallel_chains(rng: np.random.Generator) -> tuple[Graph, str]:
+    """Two independent chains of two or three operators, random times and cheap transfers: their
+    best convex split is often no pipeline, and their best split of any shape often not convex."""
+    nodes, edges = [], []
+    for c in range(2):
+        names = [f"{'ab'[c]}{j}" for j in range(int(rng.integers(2, 4)))]
+        nodes += [Node(x, p_acc=round(float(rng.uniform(0.5, 4.0)), 2), comm=round(float(rng.uniform(0.0, 0.3)), 2))
+                  for x in names]
+        edges += list(zip(names, names[1:]))
+    g = Graph(nodes, edges, name="chains")
+    text = ("graph = Graph([" + ", ".join(f"Node({v.id!r}, p_acc={v.p_acc}, comm={v.comm})" for v in nodes)
+            + f"], {edges})")
+    return g, text
+
+
 def _contiguous_cases(rng: np.random.Generator, i: int) -> Case:
     if i == 0:  # the chapter's split that is contiguous on every device but no pipeline
         g, text = _two_chains()
@@ -119,6 +137,9 @@ def _contiguous_cases(rng: np.random.Generator, i: int) -> Case:
                   [("a", "b"), ("b", "c")], name="three")
         text = ('graph = Graph([Node("a", p_acc=2, comm=0.1), Node("b", p_acc=4, comm=0.1), Node("c", p_acc=2)], '
                 '[("a", "b"), ("b", "c")])')
+        k = 2
+    elif rng.random() < 0.7:  # side-by-side chains: convex parts that no order of stages can run
+        g, text = _parallel_chains(rng)
         k = 2
     else:
         g, text = _generated(rng, 5, 8)
@@ -131,17 +152,18 @@ def _contiguous_cases(rng: np.random.Generator, i: int) -> Case:
     return Case((g, Cluster(accelerators=k)), text=f"{text}; cluster = Cluster(accelerators={k})")
 
 
-def _contiguous_diagnose(case: Case, expected: float, got) -> str | None:
+def _contiguous_slips(case: Case) -> list:
     graph, cluster = case.args
+    return [(float(exhaustive(graph, cluster, kind="any").objective),
+             "that is the optimum of any shape: your rows still allow a part that a path leaves and then re-enters "
+             "(are they there, and written for every device?)"),
+            (float(exhaustive(graph, cluster, kind="chain").objective),
+             "that is the best pipeline (chain of ideals): the rows ask for ordered stages, more than convex parts")]
+
+
+def _contiguous_diagnose(case: Case, expected: float, got) -> str | None:
     got = float(got)
     tol = 1e-9 * max(1.0, abs(expected))
-    free = exhaustive(graph, cluster, kind="any").objective
-    chain = exhaustive(graph, cluster, kind="chain").objective
-    if abs(got - free) <= tol and free < expected - tol:
-        return ("that is the optimum of any shape: your rows still allow a part that a path leaves and "
-                "then re-enters (are they there, and written for every device?)")
-    if abs(got - chain) <= tol and chain > expected + tol:
-        return "that is the best pipeline (chain of ideals): the rows ask for ordered stages, more than convex parts"
     if got < expected - tol:
         return "below the optimum: some non-convex part still passes the rows"
     if got > expected + tol:
@@ -151,6 +173,7 @@ def _contiguous_diagnose(case: Case, expected: float, got) -> str | None:
 
 register(id="03.3", name="my_contiguous_optimum", title="the contiguity rows of the throughput IP",
          reference=contiguous_optimum, cases=_contiguous_cases, compare=close(rtol=1e-6, atol=1e-7),
-         diagnose=_contiguous_diagnose, n=10,
+         slips=_contiguous_slips, diagnose=_contiguous_diagnose, fixed=2, n=10, tries=40,
+         forbidden=("devplace_lite.exhaustive", "devplace_lite.mip"),
          hint="per device d a z[:, d] in [0, 1] with z >= x (covers the part), z[w] <= z[p] for every "
               "edge p -> w (closed under predecessors) and z[w] <= x[w] - x[p] + 1 (empty after an exit)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import pickle
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from ..generators import generate
 from ..graph import Graph, Node
 from ..latency import evaluate_latency, reachability
 from ..latency_bounds import critical_path_bound, latency_caps
-from .core import Case, close, first_slip, register
+from .core import Case, close, register
 
 FAMILIES = ["cells", "layered", "random", "series_parallel", "skip_chain"]
 
@@ -93,68 +94,116 @@ def _caps_no_transfer(graph: Graph, cluster: Cluster, ub: float) -> np.ndarray:
     return float(ub) - tail
 
 
-def _caps_diagnose(case: Case, expected, got) -> str | None:
-    g = np.asarray(got, dtype=float)
-    if g.shape != np.shape(expected):
-        return None
-    slips = [(_fastest_path_caps(*case.args),
-              "those are ub minus the fastest path after u: not valid here, since a successor in u's own call "
-              "is ready at the same moment as u (exercise 1), so an accelerator successor may add nothing"),
-             (_fastest_path_caps(*case.args, own=True),
-              "that also subtracts u's own time: the cap bounds when u's output is ready, after u has run"),
-             (_caps_no_transfer(*case.args),
-              "a call that reads u's output from another device first receives it: add c(u) to p_acc(w)")]
-    return first_slip(slips, expected, g)
+def _caps_slips(case: Case) -> list:
+    return [(_fastest_path_caps(*case.args),
+             "those are ub minus the fastest path after u: not valid here, since a successor in u's own call "
+             "is ready at the same moment as u (exercise 1), so an accelerator successor may add nothing"),
+            (_fastest_path_caps(*case.args, own=True),
+             "that also subtracts u's own time: the cap bounds when u's output is ready, after u has run"),
+            (_caps_no_transfer(*case.args),
+             "a call that reads u's output from another device first receives it: add c(u) to p_acc(w)")]
 
 
 register(id="04.2", name="my_latency_caps", title="per-node caps on the ready times of the latency IP",
-         reference=latency_caps, cases=_caps_cases, compare=close(rtol=1e-9, atol=1e-9), diagnose=_caps_diagnose,
-         n=20, hint="walk the nodes in reverse topological order: tail(u) = max over successors w of "
+         reference=latency_caps, cases=_caps_cases, compare=close(rtol=1e-9, atol=1e-9), slips=_caps_slips,
+         fixed=2, n=20, forbidden=("devplace_lite.mip.latency", "devplace_lite.latency_bounds:latency_caps"), hint="walk the nodes in reverse topological order: tail(u) = max over successors w of "
                     "delta(u, w) + tail(w); delta is 0 when u and w may share a call, else the cheapest way "
                     "w can run after u (p_cpu(w) on the CPU, p_acc(w) + c(u) in another call)")
 
 # -- 04.3  serving with a throughput floor -------------------------------------------------------------
 
 
-def _splits(graph: Graph, cluster: Cluster, convex: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Every feasible split (with ``convex``: each accelerator's nodes a convex set, one call), and
-    its max-load; accelerators relabelled so that they are first used in order (identical devices)."""
-    k, D = cluster.k, cluster.size
-    A = np.array(list(itertools.product(range(D), repeat=graph.n)), dtype=np.int64).reshape(-1, graph.n)
-    acc = np.where(A < k, A, -1)
-    first_use = np.where(acc[:, :, None] == np.arange(k)[None, None, :], np.arange(graph.n)[None, :, None],
-                         graph.n).min(axis=1)
-    keep = np.all(np.diff(first_use, axis=1) >= 0, axis=1) if k > 1 else np.ones(len(A), dtype=bool)
-    keep &= ~np.any((A < k) & ~graph.supported[None, :], axis=1)
+def _no_violation(graph: Graph, cluster: Cluster, A: np.ndarray) -> np.ndarray:
+    """Rows of ``A`` for which `devplace_lite.cost.violations` is empty, for a batch at once."""
+    k = cluster.k
+    ok = ~np.any((A < k) & ~graph.supported, axis=1) & ~np.any((A >= k) & np.isnan(graph.p_cpu), axis=1)
     for d in range(k):
-        keep &= (np.where(A == d, graph.memory[None, :], 0.0).sum(axis=1) <= cluster.memory)
-    A = A[keep]
-    loads = batch_loads(graph, cluster, A).max(axis=1)
-    R = reachability(graph)
-    ok = np.isfinite(loads)
-    for b, a in enumerate(A):
-        for d in range(k if convex else 0):
-            inside = a == d
-            if inside.any() and np.any(R[inside].any(axis=0) & R[:, inside].any(axis=1) & ~inside):
-                ok[b] = False
+        ok &= np.where(A == d, graph.memory, 0.0).sum(axis=1) <= cluster.memory
+    for unit in np.unique(graph.units):
+        members = np.flatnonzero(graph.units == unit)
+        if len(members) > 1:
+            ok &= np.all(A[:, members] == A[:, members[:1]], axis=1)
+    return ok
+
+
+def _splits(graph: Graph, cluster: Cluster) -> "_Splits":
+    """`_Splits` of a graph and cluster, kept for the few calls that ask again (reference, slips)."""
+    key = pickle.dumps((graph, cluster))
+    if key not in _SPLITS:
+        if len(_SPLITS) >= 16:
+            _SPLITS.pop(next(iter(_SPLITS)))
+        _SPLITS[key] = _Splits(graph, cluster)
+    return _SPLITS[key]
+
+
+_SPLITS: dict[bytes, "_Splits"] = {}
+
+
+class _Splits:
+    """Every assignment of a tiny graph's nodes to the (labelled) devices, and what the filters
+    of 04.3 say of each: no violation, each accelerator's node set convex, the max-load."""
+
+    def __init__(self, graph: Graph, cluster: Cluster) -> None:
+        self.graph, self.cluster, k = graph, cluster, cluster.k
+        A = np.array(list(itertools.product(range(cluster.size), repeat=graph.n)), dtype=np.int64)
+        self.A = A.reshape(-1, graph.n)
+        self.feasible = _no_violation(graph, cluster, self.A)
+        R = reachability(graph).astype(np.int64)
+        self.convex = np.ones(len(self.A), dtype=bool)
+        for d in range(k):  # a part is convex unless some outside y has x -> y -> z with x, z inside
+            inside = (self.A == d).astype(np.int64)
+            self.convex &= ~np.any(((inside @ R) > 0) & ((inside @ R.T) > 0) & (inside == 0), axis=1)
+        loads = batch_loads(graph, cluster, self.A)
+        self.loads = loads.max(axis=1)
+        # lower bounds on the latency: one call per accelerator lasts its whole load; several calls
+        # at least its compute
+        self.call_bound = loads[:, :k].max(axis=1, initial=0.0)
+        self.work_bound = np.stack([np.where(self.A == d, graph.p_acc, 0.0).sum(axis=1) for d in range(k)]
+                                   + [np.zeros(len(self.A))]).max(axis=0)
+        self._scores: dict[tuple[bool, int], float] = {}
+
+    def within(self, floor: float, strict: bool = False) -> np.ndarray:
+        slack = 1e-9 * max(1.0, abs(floor))
+        return self.loads < floor - slack if strict else self.loads <= floor + slack
+
+    def latency(self, b: int, one_call: bool = True) -> float:
+        """Latency of assignment ``b``: one call per accelerator (pieces 0), or the evaluator's own cut."""
+        if (one_call, b) not in self._scores:
+            a = self.A[b]
+            pieces = np.where(a < self.cluster.k, 0, -1) if one_call else None
+            self._scores[one_call, b] = evaluate_latency(self.graph, self.cluster, a, pieces).latency
+        return self._scores[one_call, b]
+
+    def least(self, mask: np.ndarray, one_call: bool = True) -> float:
+        """The least latency over the assignments of ``mask`` (``inf`` if none), best bounds first."""
+        rows = np.flatnonzero(mask)
+        bound = (self.call_bound if one_call else self.work_bound)[rows]
+        best = math.inf
+        for b, low in zip(rows[np.argsort(bound, kind="stable")], np.sort(bound, kind="stable")):
+            if low >= best:
                 break
-    return A[ok], loads[ok]
+            best = min(best, self.latency(int(b), one_call))
+        return best
 
 
-def _latency(graph: Graph, cluster: Cluster, a: np.ndarray) -> float:
-    return evaluate_latency(graph, cluster, a, np.where(a < cluster.k, 0, -1)).latency
+def latency_with_floor(graph: Graph, cluster: Cluster, floor: float) -> tuple[float, int]:
+    """``(latency, splits)``: over every assignment of the nodes to the devices ``0 .. size - 1``
+    with no violation, each accelerator's nodes a convex set (one call) and max-load at most
+    ``floor`` (relative slack ``1e-9``), the least one-call latency (pieces 0 on accelerators;
+    ``inf`` when none, or all deadlock) and how many assignments pass those filters. By
+    enumeration: tiny graphs only."""
+    s = _splits(graph, cluster)
+    keep = s.feasible & s.convex & s.within(floor)
+    return s.least(keep), int(keep.sum())
 
 
-def _within(load: np.ndarray, floor: float) -> np.ndarray:
-    return load <= floor + 1e-9 * max(1.0, abs(floor))
-
-
-def latency_with_floor(graph: Graph, cluster: Cluster, floor: float) -> float:
-    """The least single-sample latency over the splits with one convex call per accelerator
-    (``pieces`` all 0) whose max-load is at most ``floor`` (relative slack ``1e-9``); ``inf`` when
-    none. By enumeration: tiny graphs only."""
-    A, loads = _splits(graph, cluster)
-    return min((_latency(graph, cluster, a) for a in A[_within(loads, floor)]), default=math.inf)
+def _tightest_floor(s: _Splits) -> float | None:
+    """The least max-load of a feasible one-call split that does not deadlock (None: no such split)."""
+    rows = np.flatnonzero(s.feasible & s.convex)
+    for b in rows[np.argsort(s.loads[rows], kind="stable")]:
+        if math.isfinite(s.latency(int(b))):
+            return float(s.loads[b])
+    return None
 
 
 def _floor_cases(rng: np.random.Generator, i: int) -> Case:
@@ -163,42 +212,72 @@ def _floor_cases(rng: np.random.Generator, i: int) -> Case:
         floor = 2.5 if i == 0 else 4.0
         return Case((g, Cluster(accelerators=2, cpus=1), floor),
                     text=f"{text}; cluster = Cluster(accelerators=2, cpus=1); floor = {floor}")
-    family = str(rng.choice(FAMILIES))
-    k, cpus = [(1, 1), (2, 0), (2, 1), (3, 0)][int(rng.integers(0, 4))]
-    n, seed = int(rng.integers(4, 7)), int(rng.integers(0, 1000))
-    g, cluster = generate(family, n, seed=seed), Cluster(accelerators=k, cpus=cpus)
-    A, loads = _splits(g, cluster)
-    # the tightest floor some split meets without deadlock, loosened by a random slack
-    best = next(float(loads[b]) for b in np.argsort(loads, kind="stable") if math.isfinite(_latency(g, cluster, A[b])))
-    floor = best * float(rng.choice([1.0, 1.0, 1.1, 1.25, 1.5]))
-    return Case((g, cluster, floor), text=f"graph = generate({family!r}, {n}, seed={seed}); "
-                                          f"cluster = Cluster(accelerators={k}, cpus={cpus}); floor = {floor!r}")
+    while True:
+        family = str(rng.choice(FAMILIES))
+        k, cpus = [(1, 1), (2, 0), (2, 1), (3, 0)][int(rng.integers(0, 4))]
+        n, seed = int(rng.integers(4, 6)), int(rng.integers(0, 1000))
+        g = generate(family, n, seed=seed)
+        # operators the accelerators lack (when a core can run them) and a memory cap: the filters must matter
+        cpu_only = sorted(rng.choice([v.id for v in g.nodes], size=int(rng.integers(1, 3)), replace=False).tolist()) \
+            if cpus and rng.random() < 0.7 else []
+        g = with_device_limits(g, cpu_only)
+        memory = float(np.round(g.memory.sum() * rng.uniform(0.4, 0.8))) if rng.random() < 0.6 else math.inf
+        cluster = Cluster(accelerators=k, cpus=cpus, memory=memory)
+        s = _splits(g, cluster)
+        best = _tightest_floor(s)
+        if best is not None:
+            break
+    # the floor is the max-load of some split at or above the tightest one, so that a strict comparison matters
+    loads = np.unique(s.loads[s.feasible & s.convex & (s.loads >= best)])
+    floor = float(loads[int(rng.integers(0, max(1, len(loads) // 3)))])
+    mem = "" if memory == math.inf else f", memory={memory!r}"
+    return Case((g, cluster, floor), text=f"graph = with_device_limits(generate({family!r}, {n}, seed={seed}), "
+                                          f"cpu_only={cpu_only}); cluster = Cluster(accelerators={k}, cpus={cpus}{mem}); "
+                                          f"floor = {floor!r}  (from devplace_lite.exercises.ch04 import with_device_limits)")
 
 
-def _floor_diagnose(case: Case, expected: float, got) -> str | None:
+def _floor_slips(case: Case) -> list:
     graph, cluster, floor = case.args
-    got = float(got)
-    A, loads = _splits(graph, cluster)
-    strict = loads < floor - 1e-9 * max(1.0, floor)
+    s = _splits(graph, cluster)
+    feasible, convex, under, strict = s.feasible, s.convex, s.within(floor), s.within(floor, strict=True)
 
-    def same(x: float) -> bool:
-        return x == got or (math.isfinite(x) and abs(x - got) <= 1e-9 * max(1.0, abs(x)))
+    def pair(mask, one_call=True):
+        return s.least(mask, one_call), int(mask.sum())
+    return [(pair(feasible & convex), "that is the best latency with no floor: keep only the splits whose max-load is "
+                                      "at most the floor"),
+            (pair(feasible & convex & strict), "a split whose max-load equals the floor meets it: compare with <= "
+                                               "(and a small tolerance)"),
+            ((s.least(feasible & convex & under), int((feasible & under).sum())),
+             "the latency is right but too many splits pass: keep only those whose accelerator sets are convex "
+             "(no path leaves a set and comes back)"),
+            (pair(convex & under), "splits with a violation pass: drop those for which violations(graph, cluster, a) "
+                                   "is not empty (an operator the accelerator lacks, memory over the cap)"),
+            (pair(feasible & under, one_call=False),
+             "that lets an accelerator run several calls (evaluate_latency's default cut of a non-convex set); with "
+             "q = 1 keep convex accelerator sets and pass pieces = 0 on accelerators")]
 
-    if same(min(_latency(graph, cluster, a) for a in A)):
-        return "that is the best latency with no floor: keep only the splits whose max-load is at most the floor"
-    if same(min((_latency(graph, cluster, a) for a in A[strict]), default=math.inf)):
-        return "a split whose max-load equals the floor meets it: compare with <= (and a small tolerance)"
-    B, b_loads = _splits(graph, cluster, convex=False)
-    if got < expected and same(min((evaluate_latency(graph, cluster, a).latency for a in B[_within(b_loads, floor)]),
-                                   default=math.inf)):
-        return ("that lets an accelerator run several calls (the default cut of evaluate_latency on a "
-                "non-convex set); with q = 1 keep convex accelerator sets and pass pieces = 0 on accelerators")
-    return None
+
+def _pair(expected, got) -> str | None:
+    """``(latency, splits)``: the latency within 1e-9, the count exactly."""
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return f"expected a pair (latency, splits), got {type(got).__name__} {got!r:.80}"
+    problems = []
+    latency = close(rtol=1e-9, atol=1e-9)(expected[0], got[0])
+    if latency is not None:
+        problems.append(f"latency: {latency}")
+    try:
+        count_ok = int(got[1]) == got[1] == expected[1]
+    except (TypeError, ValueError, OverflowError):
+        count_ok = False
+    if not count_ok:
+        problems.append(f"splits that pass the filters: expected {expected[1]}, got {got[1]!r:.40}")
+    return "; ".join(problems) or None
 
 
 register(id="04.3", name="my_latency_with_floor", title="least latency among splits meeting a throughput floor",
-         reference=latency_with_floor, cases=_floor_cases, compare=close(rtol=1e-9, atol=1e-9),
-         diagnose=_floor_diagnose, n=10,
-         hint="enumerate every assignment of nodes to devices; keep those without violations whose accelerator "
-              "sets are convex and whose max_load is at most floor; score each with evaluate_latency(graph, "
-              "cluster, a, pieces) where pieces is 0 on accelerators, -1 on the CPU; return the least")
+         reference=latency_with_floor, cases=_floor_cases, compare=_pair, slips=_floor_slips, fixed=2, n=10, tries=5,
+         forbidden=("devplace_lite.latency:exhaustive_latency", "devplace_lite.mip"),
+         hint="enumerate every assignment a of the nodes to the devices 0 .. cluster.size - 1; keep those with no "
+              "violations, convex accelerator sets and max_load at most floor; count them, and score each with "
+              "evaluate_latency(graph, cluster, a, pieces), pieces 0 on accelerators and -1 on the CPU; return "
+              "(least latency, count)")

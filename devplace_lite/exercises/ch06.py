@@ -12,7 +12,7 @@ from ..graph import Graph, Node
 from ..heuristics.blocks import block_structure
 from ..heuristics.intervals import BothWays
 from ..heuristics.list_scheduling import _bottom_level, _Rules
-from .core import Case, close, first_slip, random_topological_order, register
+from .core import Case, close, random_topological_order, register
 
 _FAMILIES = ["cells", "layered", "series_parallel", "skip_chain", "random"]
 
@@ -75,12 +75,15 @@ def _prefix_parts(graph: Graph, order) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def _prefix_diagnose(case: Case, expected, got) -> str | None:
-    graph, _, order = case.args
-    got = np.asarray(got, dtype=float)
-    if got.shape == (len(order),):
+    if np.shape(got) == (len(case.args[2]),):
         return "one value short: return len(order) + 1 loads, from the empty prefix (0) to the whole order"
+    return None
+
+
+def _prefix_slips(case: Case) -> list:
+    graph, _, order = case.args
     work, sends, receives, per_edge = _prefix_parts(graph, order)
-    slips = [(work, "that is the work of each prefix alone: a prefix also pays c(u) for every producer whose "
+    return [(work, "that is the work of each prefix alone: a prefix also pays c(u) for every producer whose "
                     "edges cross the cut"),
              (work + sends, "only the producers inside the prefix are charged: a prefix also receives c(u) from "
                             "each producer outside with a consumer inside (training graphs have edges backwards)"),
@@ -88,12 +91,12 @@ def _prefix_diagnose(case: Case, expected, got) -> str | None:
                                "sends, and that costs c(u) too"),
              (work + per_edge, "a transfer is counted once per crossing edge; the model charges c(u) once per "
                                "producer and side, however many of its consumers sit across")]
-    return first_slip(slips, expected, got)
 
 
 register(id="06.2", name="my_prefix_loads", title="the load of every prefix of a block order",
          reference=prefix_loads_reference, cases=_prefix_cases, compare=close(rtol=1e-9, atol=1e-9),
-         diagnose=_prefix_diagnose, n=15,
+         slips=_prefix_slips, diagnose=_prefix_diagnose, fixed=2, n=15,
+         forbidden=("devplace_lite.heuristics.intervals", "devplace_lite.heuristics.incremental"),
          hint="for each i put the nodes of the blocks order[:i] on device 0 and all others on device 1 "
               "(block_structure(graph).of_node maps a node to its block), and add compute and comm of "
               "device 0 from device_loads; i runs from 0 to len(order)")
@@ -145,12 +148,14 @@ def _rank_cases(rng: np.random.Generator, i: int) -> Case:
 
 
 def _rank_diagnose(case: Case, expected, got) -> str | None:
-    graph, cluster = case.args
     got = np.asarray(got, dtype=float)
-    if got.shape != (graph.n,):
-        return None
-    if not np.all(np.isfinite(got)):
+    if got.shape == (case.args[0].n,) and not np.all(np.isfinite(got)):
         return "a node's mean cost must average only the devices that may run it (no CPU time: accelerators only)"
+    return None
+
+
+def _rank_slips(case: Case) -> list:
+    graph, cluster = case.args
     R = _Rules(graph, cluster)
     finite = np.where(np.isfinite(R.cost), R.cost, np.nan)
     mean_cost = np.nan_to_num(np.nanmean(finite, axis=1))
@@ -162,7 +167,7 @@ def _rank_diagnose(case: Case, expected, got) -> str | None:
     for v in order:
         s = graph.succ[v]
         summed[v] = mean_cost[v] + (graph.comm[v] * pair.mean() + summed[s].sum() if s else 0.0)
-    slips = [(_bottom_level(graph, mean_cost, np.zeros(graph.n)),
+    return [(_bottom_level(graph, mean_cost, np.zeros(graph.n)),
               "the transfers are missing: add c(u) times the mean transfer factor when u has successors"),
              (_bottom_level(graph, mean_cost, graph.comm * distinct),
               "the transfer is averaged over pairs of distinct devices; HEFT here averages over all D x D "
@@ -170,12 +175,12 @@ def _rank_diagnose(case: Case, expected, got) -> str | None:
              (_bottom_level(graph, np.nan_to_num(np.nanmin(finite, axis=1)), np.zeros(graph.n)),
               "that is ETF's priority (fastest device, no transfers); HEFT uses the mean cost and the mean transfer"),
              (summed, "the rank follows the longest path to an exit: take the max over the successors, not the sum")]
-    return first_slip(slips, expected, got)
 
 
 register(id="06.4", name="my_upward_rank", title="HEFT's upward rank of every node",
          reference=upward_rank, cases=_rank_cases, compare=close(rtol=1e-9, atol=1e-9),
-         diagnose=_rank_diagnose, n=15,
+         slips=_rank_slips, diagnose=_rank_diagnose, fixed=3, n=15,
+         forbidden=("devplace_lite.heuristics.list_scheduling",),
          hint="visit the nodes in reverse topological order: rank[v] = mean cost of v over the devices that may run "
               "it + (if v has successors) c(v) x mean transfer factor + max rank of its successors; the factor is "
               "the mean over all D x D device pairs (a, b) of [a != b] x (accelerator ends among a, b)")

@@ -16,7 +16,7 @@ from ..generators import generate
 from ..graph import Graph, Node
 from ..rl.env import returns_to_go
 from ..sim import SimParams, Simulator
-from .core import Case, close, first_slip, register
+from .core import Case, close, register
 
 # -- 07.2  returns-to-go ------------------------------------------------------------------------
 
@@ -37,21 +37,20 @@ def _returns_cases(rng: np.random.Generator, i: int) -> Case:
     return Case((np.array(R), gamma), text=f"rewards = np.array({R}); gamma = {gamma}")
 
 
-def _returns_diagnose(case: Case, expected, got) -> str | None:
+def _returns_slips(case: Case) -> list:
     R, gamma = case.args
     T = len(R)
     powers = gamma ** np.arange(T)[:, None]
-    slips = [(np.cumsum(R, axis=0), "that is the sum of the rewards *up to* step t; the return counts those from t on"),
+    return [(np.cumsum(R, axis=0), "that is the sum of the rewards *up to* step t; the return counts those from t on"),
              (np.broadcast_to(R.sum(axis=0), R.shape),
               "every step got the whole episode's total: the return from t leaves out the rewards before t"),
              (returns_to_go(R, 1.0), "that ignores gamma: discount the reward s steps ahead by gamma^(s - t)"),
              (returns_to_go(R * powers, 1.0), "that discounts by gamma^s; the reward at s is worth gamma^(s - t) at t")]
-    return first_slip(slips, expected, got, rtol=1e-5, atol=1e-8)
 
 
 register(id="07.2", name="my_returns", title="returns-to-go of a batch of episodes",
          reference=returns_to_go, cases=_returns_cases, compare=close(rtol=1e-9, atol=1e-12),
-         diagnose=_returns_diagnose, n=20,
+         slips=_returns_slips, fixed=4, n=20, forbidden=("devplace_lite.rl.env:returns_to_go", "devplace_lite.rl.train"),
          hint="walk backwards: G[T-1] = r[T-1], then G[t] = r[t] + gamma * G[t+1], for every episode (column) at once")
 
 # -- 07.3  the advantages of one REINFORCE update --------------------------------------------------
@@ -80,12 +79,12 @@ def _advantage_cases(rng: np.random.Generator, i: int) -> Case:
                 text=f"rewards = np.array({R}); rho0 = np.array({rho0}); gamma = {gamma}")
 
 
-def _advantage_diagnose(case: Case, expected, got) -> str | None:
+def _advantage_slips(case: Case) -> list:
     R, rho0, gamma = case.args
     G = returns_to_go(R, gamma) / rho0[None, :]
     unscaled = returns_to_go(R, gamma)
     norm = lambda x: x / (x.std() + 1e-8)  # noqa: E731
-    slips = [(G - G.mean(axis=1, keepdims=True), "right up to the last step: divide by the standard deviation "
+    return [(G - G.mean(axis=1, keepdims=True), "right up to the last step: divide by the standard deviation "
                                                   "of all the advantages of the batch"),
              (norm(G - G.mean()), "one baseline for all steps: the baseline of step t is the mean return *from "
                                   "step t* over the episodes (a mean over axis 1, per row)"),
@@ -95,12 +94,11 @@ def _advantage_diagnose(case: Case, expected, got) -> str | None:
               "the returns are not divided by each episode's initial run time rho0"),
              ((G - G.mean(axis=1, keepdims=True)) / ((G - G.mean(axis=1, keepdims=True)).std(ddof=1) + 1e-8),
               "that is the sample standard deviation (ddof=1); train uses numpy's default, ddof=0")]
-    return first_slip(slips, expected, got, rtol=1e-6, atol=1e-8)
 
 
 register(id="07.3", name="my_advantages", title="the normalised advantages of one REINFORCE update",
          reference=advantages, cases=_advantage_cases, compare=close(rtol=1e-6, atol=1e-9),
-         diagnose=_advantage_diagnose, n=20,
+         slips=_advantage_slips, fixed=1, n=20, forbidden=("devplace_lite.rl.train",),
          hint="G = returns-to-go / rho0 (per column); subtract each row's mean (the per-step baseline); "
               "divide everything by the standard deviation of the whole array (+ 1e-8)")
 
@@ -132,21 +130,20 @@ def _makespan_cases(rng: np.random.Generator, i: int) -> Case:
                 text=f"{text}; cluster = Cluster(accelerators={k}); assignment = np.array({a.tolist()})")
 
 
-def _makespan_diagnose(case: Case, expected, got) -> str | None:
+def _makespan_slips(case: Case) -> list:
     graph, cluster, a = case.args
-    slips = [(max_load(graph, cluster, a), "that is the cost model's max-load (time per sample of a pipeline in "
+    return [(max_load(graph, cluster, a), "that is the cost model's max-load (time per sample of a pipeline in "
                                            "steady state), not one sample's run time"),
              (Simulator(graph, cluster, SimParams.calls()).runtime(a),
               "that charges transfers to the devices at both ends (SimParams.calls()); here each device's link "
               "sends while the device computes, and the receiver pays nothing"),
              (float(np.bincount(a, weights=graph.p_acc).max()), "that is the busiest device's compute alone: a node "
                                                                 "also waits for its inputs")]
-    return first_slip(slips, expected, got)
 
 
 register(id="07.4", name="my_makespan", title="one sample's run time in Placeto's simulator",
          reference=sim_makespan, cases=_makespan_cases, compare=close(rtol=1e-9, atol=1e-9),
-         diagnose=_makespan_diagnose, n=20,
+         slips=_makespan_slips, fixed=3, n=20, forbidden=("devplace_lite.sim", "devplace_lite.rl.compare"),
          hint="simulate events in time order; a device (or link) that is free starts the task that became ready "
               "first, ties by topological position (then destination); handle every event of one instant before "
               "any device picks its next task; one transfer per (producer, other device with a consumer)")
