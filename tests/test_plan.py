@@ -206,6 +206,14 @@ def test_cli_bad_input_is_one_line_and_status_2(capsys, tmp_path, argv, words):
     assert not (tmp_path / "p").exists()
 
 
+def test_out_names_a_folder_and_a_file_there_is_refused_untouched(capsys, tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    code, out, err = _cli(capsys, "plan", "gpt", "-k", "2", "--out", target)
+    assert code == 2 and err.count("\n") == 1 and "is not a folder" in err, err
+    assert target.read_text() == "mine"
+
+
 def test_pipeline_command_refuses_a_spec_that_gives_no_model(capsys):
     code, out, err = _cli(capsys, "pipeline", "stages", "--model", "os:getcwd", "--method", "dp", "-k", "1")
     assert code == 2 and err.count("\n") == 1 and "os.getcwd() returned str" in err

@@ -29,6 +29,7 @@ within the memory. torch is imported only when the command runs.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from typing import Any
@@ -58,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=options.SECONDS, default=10.0, help="seconds for the method and the bound, > 0 (default 10)")
     parser.add_argument("--repeats", type=options.POSITIVE, default=5, help="timed runs per segment, >= 1 (default 5)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the model's weights and inputs")
-    parser.add_argument("--out", default="devplace-plan", help="folder for plan.json, graph.json, run_pipeline.py")
+    parser.add_argument("--out", dest="folder", default="devplace-plan", help="folder for plan.json, graph.json, run_pipeline.py")
     parser.add_argument("--run", action="store_true", help="run the plan under torchrun here after planning")
     parser.add_argument("--nodes", type=options.WORKERS, default=1, help="torchrun nodes on loopback for --run, >= 1 (default 1)")
     parser.add_argument("--check", action="store_true", help="with --run: compare outputs and gradients with the model")
@@ -77,6 +78,8 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--batch {args.batch} is not a multiple of --microbatches {args.microbatches}")
     if (args.check or args.nodes > 1) and not (args.run or args.calibrate):
         raise UsageError("--check and --nodes need --run (or --calibrate)")
+    if os.path.lexists(args.folder) and not os.path.isdir(args.folder):
+        raise UsageError(f"--out {args.folder}: exists and is not a folder; name a folder for the plan's files")
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
              training=not args.inference, memory=args.memory, optimizer=args.optimizer, method=args.method,
              granularity=args.granularity, time_limit=args.time_limit, seed=args.seed, repeats=args.repeats,
              model_spec=args.model, device=args.device)
-    paths = p.write(args.out)
+    paths = p.write(args.folder)
     answer: dict[str, Any] = {"command": command_line(args), **p.to_json(),
                               "files": {k: str(v) for k, v in paths.items()},
                               "torchrun": f"torchrun --nproc-per-node {p.num_stages} {paths['script']}"}
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         answer["run"] = launch(paths["plan"], nodes=args.nodes, steps=args.steps, check=args.check,
                                timeout=args.timeout, device=args.device)
     if args.calibrate:
-        answer["calibration"] = calibrate(p, args.out, steps=args.steps, nodes=args.nodes, timeout=args.timeout,
+        answer["calibration"] = calibrate(p, args.folder, steps=args.steps, nodes=args.nodes, timeout=args.timeout,
                                           device=args.device)
     if args.json:
         print_json(answer)
