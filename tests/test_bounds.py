@@ -230,7 +230,7 @@ def test_slicer_cutoff_prunes_without_changing_the_optimum():
     g = generate("layered", 40, 3)
     c = Cluster(accelerators=5)
     s = Slicer(g, c)
-    order = s.order_from_keys(np.random.default_rng(0).random(s.model.U))
+    order = s.order_from_keys(np.random.default_rng(0).random(s.units.size))
     value, _ = s.slice(order)
     assert s.slice(order, cutoff=value * 1.0001)[0] == pytest.approx(value)
     assert s.slice(order, cutoff=value)[0] == math.inf

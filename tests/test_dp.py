@@ -191,41 +191,7 @@ def test_json_contract():
     assert out["ideals"] >= out["units"] + 1
 
 
-# --- the authors' workloads --------------------------------------------------------------
-FAST = ["LayerGraphs/bert24_inference", "LayerGraphs/bert24_training", "LayerGraphs/gnmt_inference",
-        "LayerGraphs/gnmt_training", "LayerGraphs/resnet50_inference", "LayerGraphs/resnet50_training",
-        "OperatorGraphs/bert_l-3_inference", "OperatorGraphs/bert_l-3_training",
-        "OperatorGraphs/bert_l-6_inference", "OperatorGraphs/bert_l-6_training",
-        "OperatorGraphs/bert_l-12_inference", "OperatorGraphs/bert_L-12_training",
-        "OperatorGraphs/resnet50_inference", "OperatorGraphs/resnet50_training"]
-SLOW = ["LayerGraphs/inceptionv3_inference", "LayerGraphs/inceptionv3_training"]
-
-
-def _check_reference(reference_dir, name):
-    g = load_graph(reference_dir / "throughput-inputs" / f"{name}.json")
-    c = Cluster.for_graph(g)
-    r = dp(g, c)
-    assert r.status == "optimal"
-    assert_sound(r, g)
-    for other in (linear(g, c), pipedream(g, c)):
-        assert_sound(other, g)
-        assert other.objective >= r.objective - 1e-9
-    return g, c, r
-
-
-@pytest.mark.reference
-@pytest.mark.parametrize("name", FAST)
-def test_reference_workloads(reference_dir, name):
-    _check_reference(reference_dir, name)
-
-
-@pytest.mark.reference
-@pytest.mark.slow
-@pytest.mark.parametrize("name", SLOW)
-def test_reference_inception(reference_dir, name):
-    _check_reference(reference_dir, name)
-
-
+# --- the authors' workloads (their optima: tests/test_reference.py) -------------------------
 @pytest.mark.reference
 def test_reference_pruning_is_exact(reference_dir):
     # GNMT is the widest graph with a small pair count: visit every nested pair and compare
