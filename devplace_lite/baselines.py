@@ -27,7 +27,8 @@ import numpy as np
 from .cost import evaluate
 from .devices import Cluster
 from .exhaustive import batch_loads, exhaustive
-from .graph import Graph, GraphError
+from .errors import UsageError
+from .graph import Graph
 from .result import Result
 from .units import UnitGraph, unit_graph
 
@@ -85,7 +86,7 @@ def min_max_blocks(weights: np.ndarray, blocks: int) -> np.ndarray:
 def _balanced(name: str, graph: Graph, cluster: Cluster, values: np.ndarray) -> Result:
     t0 = time.perf_counter()
     if cluster.k == 0:
-        raise GraphError(f"method {name} splits over accelerators: the cluster has none")
+        raise UsageError(f"method {name} splits over accelerators: the cluster has none")
     units = unit_graph(graph)
     return _result(name, graph, cluster, _assign_blocks(units, cluster, min_max_blocks(units.sums(values), cluster.k)), t0)
 
@@ -103,7 +104,7 @@ def uniform(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, 
     """``k`` stages with equal numbers of units along a topological order."""
     t0 = time.perf_counter()
     if cluster.k == 0:
-        raise GraphError("method uniform splits over accelerators: the cluster has none")
+        raise UsageError("method uniform splits over accelerators: the cluster has none")
     units = unit_graph(graph)
     blocks = (np.arange(units.size) * cluster.k) // max(units.size, 1)
     return _result("uniform", graph, cluster, _assign_blocks(units, cluster, blocks), t0)

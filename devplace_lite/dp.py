@@ -496,7 +496,7 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     Status ``"optimal"`` with ``bound == objective``; ``"infeasible"`` when no chain split
     fits (memory caps, unsupported nodes); ``"time_limit"`` with the linear split as the
     incumbent and a proven lower bound when ``time_limit`` seconds pass first. Raises
-    `GraphError` when the graph has more than ``limit`` ideals. ``prune=False`` visits every
+    `LimitError` when the graph has more than ``limit`` ideals. ``prune=False`` visits every
     nested pair (the plain recurrence, for comparison); ``extra["pairs"]`` counts them.
     """
     t0 = time.perf_counter()

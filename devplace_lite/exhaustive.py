@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from .cost import evaluate
 from .devices import Cluster
 from .errors import LimitError, UsageError
 from .graph import Graph
@@ -157,5 +158,6 @@ def exhaustive(graph: Graph, cluster: Cluster, kind: str = "chain", limit: int =
     if best_row is None:
         return Result("exhaustive", graph, cluster, None, None, "infeasible" if status == "optimal" else status,
                       seconds, extra={"kind": kind})
-    return Result("exhaustive", graph, cluster, best_row, best_val, status, seconds,
-                  bound=best_val if status == "optimal" else None, extra={"kind": kind})
+    value = evaluate(graph, cluster, best_row).max_load  # the evaluator's sums, to the last bit
+    return Result("exhaustive", graph, cluster, best_row, value, status, seconds,
+                  bound=value if status == "optimal" else None, extra={"kind": kind})

@@ -35,7 +35,8 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from .dag import transitive_closure
-from .graph import Graph, GraphError
+from .errors import LimitError
+from .graph import Graph
 from .units import UnitGraph, unit_graph
 
 DEFAULT_LIMIT = 1_000_000
@@ -69,15 +70,16 @@ class Ideals:
         return out
 
 
-def _too_many(units: UnitGraph, limit: int) -> GraphError:
-    return GraphError(f"graph {units.graph.name}: more than {limit:,} ideals ({units.size} units, "
-                      f"width {width(units)}); raise the limit or use a method that needs no ideals")
+def _too_many(units: UnitGraph, limit: int) -> LimitError:
+    return LimitError(f"graph {units.graph.name}: more than {limit:,} ideals ({units.size} units, "
+                      f"width {width(units)}); raise the limit or use a method that needs no ideals "
+                      f"(brkga, ip, the bounds)")
 
 
 def enumerate_ideals(poset: UnitGraph, limit: int = DEFAULT_LIMIT) -> Ideals:
     """Every ideal of the unit graph ``poset``, grown from the empty set one unit at a time, layer by layer.
 
-    Raises `GraphError` as soon as more than ``limit`` ideals are found (memory grows about
+    Raises `LimitError` as soon as more than ``limit`` ideals are found (memory grows about
     ``(U/8 + 150)`` bytes per ideal, so the limit also caps memory).
     """
     pmask = poset.pred_mask

@@ -37,7 +37,7 @@ from numba import njit
 
 from .dag import topological_order
 from .devices import Cluster
-from .errors import GraphError
+from .errors import GraphError, UsageError
 from .graph import Graph
 from .units import UnitGraph, free_nodes, unit_graph
 
@@ -220,7 +220,7 @@ def _unit_order(slicer: Slicer, graph: Graph, order) -> np.ndarray:
     """A topological unit order following a node order (first appearance of each unit)."""
     order = np.asarray(order, dtype=np.int64)
     if sorted(order.tolist()) != list(range(graph.n)):
-        raise GraphError(f"order must list each of the {graph.n} node indices once")
+        raise UsageError(f"order must list each of the {graph.n} node indices once")
     rank = np.full(slicer.units.size, graph.n, dtype=float)
     pos = np.empty(graph.n, dtype=np.int64)
     pos[order] = np.arange(graph.n)

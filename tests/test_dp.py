@@ -11,9 +11,10 @@ from devplace_lite.devices import Cluster
 from devplace_lite.dp import dp, linear, pipedream
 from devplace_lite.exhaustive import exhaustive
 from devplace_lite.generators import FAMILIES, generate, layered, with_backward
-from devplace_lite.graph import Graph, GraphError, Node
+from devplace_lite.graph import Graph, Node
 from devplace_lite.io import load_graph
 from devplace_lite.methods import PARTITION, resolve
+from devplace_lite.errors import LimitError
 
 
 def close(a: float, b: float) -> bool:
@@ -166,7 +167,7 @@ def test_infeasible_and_limit():
     r = dp(g, Cluster(2, 0, memory=float(g.memory.max() / 2)))
     assert r.status == "infeasible" and r.objective is None and r.assignment is None
     assert linear(g, Cluster(2, 0, memory=float(g.memory.max() / 2))).status == "infeasible"
-    with pytest.raises(GraphError, match="ideals"):
+    with pytest.raises(LimitError, match="ideals"):
         dp(layered(30, seed=2, width=6), Cluster(2), limit=100)
 
 

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from devplace_lite.generators import FAMILIES, generate, with_backward
-from devplace_lite.graph import Graph, GraphError, Node
+from devplace_lite.graph import Graph, Node
 from devplace_lite.dag import transitive_closure
 from devplace_lite.ideals import count_ideals, enumerate_ideals, width
 from devplace_lite.units import unit_graph
 from devplace_lite.io import load_graph
+from devplace_lite.errors import LimitError
 
 
 def brute_ideals(poset) -> set[int]:
@@ -75,7 +76,7 @@ def test_small_cases_by_hand():
 def test_over_the_limit_is_one_clear_error_not_a_hang():
     flat = Graph([Node(str(i), p_acc=1) for i in range(40)], [])  # 2^40 ideals
     assert count_ideals(flat, limit=10_000) is None
-    with pytest.raises(GraphError) as err:
+    with pytest.raises(LimitError) as err:
         enumerate_ideals(unit_graph(flat, fold=True), limit=10_000)
     msg = str(err.value)
     assert "\n" not in msg and "10,000 ideals" in msg and "width 40" in msg

@@ -20,7 +20,7 @@ Example
 -------
 >>> from devplace_lite.generators import skip_chain
 >>> from devplace_lite.devices import Cluster
->>> b = best_bound(skip_chain(30, seed=0), Cluster(accelerators=4), time_limit=5)
+>>> b = best_bound(skip_chain(30, seed=0), Cluster(accelerators=4), time_limit=60)
 >>> b.status, b.extra["tight"]
 ('optimal', True)
 """
@@ -34,7 +34,8 @@ import numpy as np
 
 from ..brkga import brkga
 from ..devices import Cluster
-from ..graph import Graph, GraphError
+from ..errors import UsageError
+from ..graph import Graph
 from .bound import Bound
 from .combinatorial import combinatorial_bound, neighbourhood
 from .single_stage import pinned_bound, reach_bound
@@ -82,7 +83,7 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
     t0 = time.perf_counter()
     budget = 10.0 if time_limit is None else float(time_limit)
     if kind not in ("chain", "any"):
-        raise GraphError(f"unknown split kind {kind!r} for a bound (expected chain or any)")
+        raise UsageError(f"unknown split kind {kind!r} for a bound (expected chain or any)")
     comb = combinatorial_bound(graph, cluster)
     parts = {"combinatorial": {"bound": comb.bound, "seconds": round(comb.seconds, 4), "status": comb.status}}
     if comb.status == "infeasible" or kind == "any":

@@ -59,7 +59,8 @@ import numpy as np
 
 from ..cost import evaluate
 from ..devices import Cluster
-from ..graph import Graph, GraphError
+from ..errors import UsageError
+from ..graph import Graph
 from ..result import Result
 from .bound import Bound
 from ..mip.solve import LinearModel, Solution, solve
@@ -208,10 +209,10 @@ def window_relaxation(graph: Graph, cluster: Cluster, b: int, width: int = 1, *,
     t0 = time.perf_counter()
     k, l_ = cluster.k, cluster.l
     if k == 0:
-        raise GraphError("the window relaxation needs at least one accelerator")
+        raise UsageError("the window relaxation needs at least one accelerator")
     m = min(width, k)
     if not 1 <= b <= k - m + 1:
-        raise GraphError(f"stage b={b} out of range 1..{k - m + 1} for k={k}, width={m}")
+        raise UsageError(f"stage b={b} out of range 1..{k - m + 1} for k={k}, width={m}")
     model = model or UnitModel(graph, cluster, chain=True)
     U = model.U
     n_before, n_after = b - 1, k - b - m + 1

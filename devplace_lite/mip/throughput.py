@@ -78,7 +78,7 @@ import numpy as np
 
 from ..cost import as_assignment, chain_order, device_loads, evaluate
 from ..devices import Cluster
-from ..errors import GraphError, UsageError
+from ..errors import DevplaceError, LimitError, UsageError
 from ..graph import Graph
 from ..result import Result
 from ..units import UnitGraph, order_vertices, unit_graph
@@ -452,7 +452,7 @@ def warm_candidates(graph: Graph, cluster: Cluster, budget: float = 10.0) -> lis
                      ("single", baselines.single_device)):
         try:
             r = fn(graph, cluster)
-        except GraphError:
+        except DevplaceError:  # a baseline that cannot run on this cluster
             continue
         if r.assignment is not None and r.status != "infeasible":
             out.append((name, r.assignment))
@@ -469,7 +469,7 @@ def _dp_split(graph: Graph, cluster: Cluster, budget: float) -> tuple[str, np.nd
     try:
         r = dp.dp(graph, cluster, time_limit=budget)
         name = "dp" if r.status == "optimal" else "dp-linear"
-    except GraphError:  # too many ideals to enumerate
+    except LimitError:  # too many ideals to enumerate
         r, name = dp.linear(graph, cluster), "dp-linear"
     if r.assignment is None or r.status == "infeasible":
         return None
