@@ -1,11 +1,89 @@
-"""devplace_lite: device placement of DNN operator graphs, and the library behind the book.
+"""devplace_lite: place the operators of a DNN graph on devices (the library behind the book).
 
-``import devplace_lite`` loads nothing heavy (no torch); `plan` imports torch when called.
+The public surface, importable without torch:
+
+* `load_graph` (a native or the authors' JSON file), `Graph`, `Node`: the graph model;
+* `Cluster`: ``k`` accelerators with a memory cap and ``l`` CPU cores;
+* `evaluate`: score any placement under the one cost model;
+* `partition`: run a registered method (`devplace_lite.methods.PARTITION`: ``dp``, ``ip``,
+  ``brkga``, ...) and get a `Result` (placement, objective, status, bound);
+* `bound`: a proven lower bound on the optimal max-load (`devplace_lite.methods.BOUND`);
+* the errors (`DevplaceError` and its kinds), raised for every bad input;
+* `plan`: from a PyTorch model to a certified pipeline plan (imports torch when called).
+
+Example
+-------
+>>> import devplace_lite as dl
+>>> from devplace_lite.generators import layered
+>>> g = layered(12, seed=3)
+>>> r = dl.partition(g, dl.Cluster(accelerators=3), method="dp")
+>>> r.status, r.objective == dl.evaluate(g, r.cluster, r.placement).max_load
+('optimal', True)
+>>> dl.bound(g, dl.Cluster(accelerators=3), method="combinatorial").bound <= r.objective
+True
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from os import PathLike
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .cost import Evaluation, evaluate
+from .devices import Cluster
+from .errors import ClusterError, DevplaceError, GraphError, LimitError, UsageError
+from .graph import Graph, Node
+from .io import load_graph
+from .methods import BOUND, PARTITION, resolve
+from .result import Result
+
+if TYPE_CHECKING:  # the bounds (and numba) load only when a bound is asked for
+    from .bounds.bound import Bound
+
+__all__ = ["Cluster", "ClusterError", "DevplaceError", "Evaluation", "Graph", "GraphError", "LimitError",
+           "Node", "Result", "UsageError", "bound", "evaluate", "load_graph", "partition", "plan"]
+
+
+def _inputs(graph: Graph | str | PathLike, cluster: Cluster | None) -> tuple[Graph, Cluster]:
+    g = graph if isinstance(graph, Graph) else load_graph(graph)
+    return g, cluster if cluster is not None else Cluster.for_graph(g)
+
+
+def partition(graph: Graph | str | PathLike, cluster: Cluster | None = None, method: str = "dp", *,
+              time_limit: float | None = None, seed: int = 0) -> Result:
+    """Minimise the largest device load of ``graph`` on ``cluster`` with a registered method.
+
+    Parameters
+    ----------
+    graph : a `Graph`, or the path of a graph file (native or the authors' JSON).
+    cluster : the devices; default: the file's own (``Cluster.for_graph``).
+    method : a name of `devplace_lite.methods.PARTITION` (its entry says what the method
+        searches, whether it is exact and how it treats ``time_limit``).
+    time_limit : seconds; an anytime method returns its incumbent, bound and status when they
+        run out.
+    seed : for the methods that draw random numbers.
+
+    Returns
+    -------
+    Result
+
+    Raises
+    ------
+    UsageError for an unknown method, GraphError / ClusterError for bad input, LimitError when
+    the graph is too large for the method.
+    """
+    g, c = _inputs(graph, cluster)
+    return resolve(PARTITION, method)(g, c, time_limit=time_limit, seed=seed)
+
+
+def bound(graph: Graph | str | PathLike, cluster: Cluster | None = None, method: str = "best", *,
+          time_limit: float | None = None) -> "Bound":
+    """A proven lower bound on the optimal largest device load (`devplace_lite.methods.BOUND`).
+
+    Parameters and errors as for `partition`; returns a `Bound` (value, status, the optimum it
+    bounds).
+    """
+    g, c = _inputs(graph, cluster)
+    return resolve(BOUND, method)(g, c, time_limit=time_limit)
 
 
 def plan(model: Any, example_inputs: Sequence[Any], **options: Any):

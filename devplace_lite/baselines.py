@@ -12,9 +12,9 @@
 * `exhaustive_chain`: the exact optimum over chain splits on tiny graphs.
 
 All but the last two cut one order into contiguous blocks: the units of
-`devplace_lite.units.pipeline_units` (colocation classes, fused where forward edges tie them in a
-cycle) in an order every forward edge follows, so they give chain-of-ideals splits that can run
-as a pipeline. Each returns a `Result` scored by the evaluator; a split that breaks
+`devplace_lite.units.unit_graph` (colocation classes, stand-ins for backward-only classes, fused
+where the order ties them in a cycle) in their topological numbering, so they give
+chain-of-ideals splits that can run as a pipeline. Each returns a `Result` scored by the evaluator; a split that breaks
 a memory cap or places an op where it cannot run comes back with status ``infeasible``.
 """
 
@@ -27,21 +27,19 @@ import numpy as np
 from .cost import evaluate
 from .devices import Cluster
 from .exhaustive import batch_loads, exhaustive
-from .graph import Graph, GraphError
+from .errors import UsageError
+from .graph import Graph
 from .result import Result
-from .units import pipeline_units
+from .units import UnitGraph, unit_graph
 
 
-def _assign_blocks(graph: Graph, cluster: Cluster, order: np.ndarray, follow: np.ndarray,
-                   block_of_unit: np.ndarray) -> np.ndarray:
-    """Device per node from a block index per ordered unit; units no accelerator may run go to cpu0."""
-    dev_of_unit = np.zeros(int(graph.units.max()) + 1, dtype=np.int64)
-    dev_of_unit[order] = block_of_unit
-    unsupported = np.zeros_like(dev_of_unit, dtype=bool)
-    np.logical_or.at(unsupported, follow, ~graph.supported)  # attached classes count in their host
+def _assign_blocks(units: UnitGraph, cluster: Cluster, block_of_unit: np.ndarray) -> np.ndarray:
+    """Device per node from a block index per unit (units in their topological numbering);
+    units no accelerator may run go to cpu0."""
+    dev_of_unit = np.asarray(block_of_unit, dtype=np.int64).copy()
     if cluster.l:
-        dev_of_unit[unsupported] = cluster.k
-    return dev_of_unit[follow]
+        dev_of_unit[units.bad_acc] = cluster.k
+    return dev_of_unit[units.unit]
 
 
 def _result(name: str, graph: Graph, cluster: Cluster, a: np.ndarray, t0: float, **extra) -> Result:
@@ -50,10 +48,6 @@ def _result(name: str, graph: Graph, cluster: Cluster, a: np.ndarray, t0: float,
     if not ev.feasible:
         extra["violations"] = ev.violations
     return Result(name, graph, cluster, a, ev.max_load, status, time.perf_counter() - t0, extra=extra)
-
-
-def _unit_weights(graph: Graph, follow: np.ndarray, values: np.ndarray) -> np.ndarray:
-    return np.bincount(follow, weights=values, minlength=int(graph.units.max()) + 1)
 
 
 def min_max_blocks(weights: np.ndarray, blocks: int) -> np.ndarray:
@@ -92,10 +86,9 @@ def min_max_blocks(weights: np.ndarray, blocks: int) -> np.ndarray:
 def _balanced(name: str, graph: Graph, cluster: Cluster, values: np.ndarray) -> Result:
     t0 = time.perf_counter()
     if cluster.k == 0:
-        raise GraphError(f"method {name} splits over accelerators: the cluster has none")
-    order, follow = pipeline_units(graph)
-    w = _unit_weights(graph, follow, values)[order]
-    return _result(name, graph, cluster, _assign_blocks(graph, cluster, order, follow, min_max_blocks(w, cluster.k)), t0)
+        raise UsageError(f"method {name} splits over accelerators: the cluster has none")
+    units = unit_graph(graph)
+    return _result(name, graph, cluster, _assign_blocks(units, cluster, min_max_blocks(units.sums(values), cluster.k)), t0)
 
 
 def single_device(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
@@ -103,19 +96,18 @@ def single_device(graph: Graph, cluster: Cluster, *, time_limit: float | None = 
     t0 = time.perf_counter()
     if cluster.k == 0:
         return _result("single", graph, cluster, np.zeros(graph.n, dtype=np.int64), t0)
-    order, follow = pipeline_units(graph)
-    return _result("single", graph, cluster,
-                   _assign_blocks(graph, cluster, order, follow, np.zeros(len(order), dtype=np.int64)), t0)
+    units = unit_graph(graph)
+    return _result("single", graph, cluster, _assign_blocks(units, cluster, np.zeros(units.size, dtype=np.int64)), t0)
 
 
 def uniform(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
     """``k`` stages with equal numbers of units along a topological order."""
     t0 = time.perf_counter()
     if cluster.k == 0:
-        raise GraphError("method uniform splits over accelerators: the cluster has none")
-    order, follow = pipeline_units(graph)
-    blocks = (np.arange(len(order)) * cluster.k) // max(len(order), 1)
-    return _result("uniform", graph, cluster, _assign_blocks(graph, cluster, order, follow, blocks), t0)
+        raise UsageError("method uniform splits over accelerators: the cluster has none")
+    units = unit_graph(graph)
+    blocks = (np.arange(units.size) * cluster.k) // max(units.size, 1)
+    return _result("uniform", graph, cluster, _assign_blocks(units, cluster, blocks), t0)
 
 
 def balance_by_parameters(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
@@ -132,13 +124,12 @@ def greedy_fill(graph: Graph, cluster: Cluster, *, time_limit: float | None = No
     """Fill accelerators in topological order up to ``total work / k`` or the memory cap each;
     what is left (and what no accelerator runs) goes to CPU core 0 when there is one."""
     t0 = time.perf_counter()
-    order, follow = pipeline_units(graph)
-    work = _unit_weights(graph, follow, graph.p_acc)[order]
-    mem = _unit_weights(graph, follow, graph.memory)[order]
+    units = unit_graph(graph)
+    work, mem = units.pa, units.mem
     share = work.sum() / max(cluster.k, 1)
-    blocks = np.empty(len(order), dtype=np.int64)
+    blocks = np.empty(units.size, dtype=np.int64)
     b, load, used = 0, 0.0, 0.0
-    for i in range(len(order)):
+    for i in range(units.size):
         if b < cluster.k and load > 0 and ((load + work[i] > share and b + 1 < cluster.k)
                                            or used + mem[i] > cluster.memory):
             b, load, used = b + 1, 0.0, 0.0
@@ -147,7 +138,7 @@ def greedy_fill(graph: Graph, cluster: Cluster, *, time_limit: float | None = No
         # past the last accelerator: cpu0 when there is one, else the last accelerator (over its cap)
         blocks[i] = min(b, cluster.k) if cluster.l or b < cluster.k else cluster.k - 1
         load, used = load + work[i], used + mem[i]
-    return _result("greedy", graph, cluster, _assign_blocks(graph, cluster, order, follow, blocks), t0)
+    return _result("greedy", graph, cluster, _assign_blocks(units, cluster, blocks), t0)
 
 
 def random_best_of(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
@@ -156,12 +147,9 @@ def random_best_of(graph: Graph, cluster: Cluster, *, time_limit: float | None =
     where each op may run; scored in batches by the model."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    units = graph.units
-    U, k, D = int(units.max()) + 1, cluster.k, cluster.size
-    unsup = np.zeros(U, dtype=bool)
-    np.logical_or.at(unsup, units, ~graph.supported)
-    nocpu = np.zeros(U, dtype=bool)
-    np.logical_or.at(nocpu, units, np.isnan(graph.p_cpu))
+    classes = unit_graph(graph, chain=False)
+    units, U, k, D = classes.unit, classes.size, cluster.k, cluster.size
+    unsup, nocpu = classes.bad_acc, classes.bad_cpu
     best, best_val, tried = None, np.inf, 0
     while tried < samples and (time_limit is None or time.perf_counter() - t0 < time_limit):
         B = min(256, samples - tried)
@@ -188,7 +176,8 @@ def random_best_of(graph: Graph, cluster: Cluster, *, time_limit: float | None =
 
 
 def exhaustive_chain(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
-    """The optimal chain-of-ideals split by exhaustive search (tiny graphs only)."""
-    r = exhaustive(graph, cluster, kind="chain")
+    """The optimal chain-of-ideals split by exhaustive search (tiny graphs only); with
+    ``time_limit``, the best split tried so far when the time runs out (status ``time_limit``)."""
+    r = exhaustive(graph, cluster, kind="chain", time_limit=time_limit)
     r.method = "exhaustive"
     return r

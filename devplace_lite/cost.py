@@ -21,8 +21,10 @@ from typing import Mapping, Sequence, Union
 
 import numpy as np
 
+from .dag import topological_order
 from .devices import Cluster
 from .graph import Graph, GraphError
+from .units import order_edges, order_vertices
 
 Placement = Union[Mapping[str, str], Sequence[int], np.ndarray]
 
@@ -84,17 +86,12 @@ def max_load(graph: Graph, cluster: Cluster, placement: Placement) -> float:
     return float((compute + comm).max())
 
 
-def forward_mask(graph: Graph) -> np.ndarray:
-    """Nodes whose contiguity matters: all nodes of an inference graph, forward nodes of a training graph."""
-    return ~graph.backward
-
-
 def _quotient(graph: Graph, a: np.ndarray, D: int) -> np.ndarray:
-    keep = forward_mask(graph)
-    ok = keep[graph.src] & keep[graph.dst]
-    du, dw = a[graph.src[ok]], a[graph.dst[ok]]
+    """``q[d, e]``: an order edge (`devplace_lite.units.order_edges`) goes from device d to e."""
+    s, t = order_edges(graph)
+    ds, dt = a[s], a[t]
     q = np.zeros((D, D), dtype=bool)
-    q[du[du != dw], dw[du != dw]] = True
+    q[ds[ds != dt], dt[ds != dt]] = True
     return q
 
 
@@ -102,52 +99,49 @@ def chain_order(graph: Graph, cluster: Cluster, placement: Placement) -> list[in
     """Devices in pipeline order if the split is a chain of ideals, else ``None``.
 
     The split is a chain of ideals when the graph of parts (one vertex per used device, an arc
-    where an edge of the forward graph crosses between parts) is acyclic; its topological
-    order is the stage order. Unused devices are left out.
+    where an edge of the forward graph with stand-ins crosses between parts, see
+    `devplace_lite.units`) is acyclic; its topological order is the stage order, ties to the
+    lower device. Devices holding no vertex of that graph are left out.
     """
     a = as_assignment(graph, cluster, placement)
-    keep = forward_mask(graph)
-    used = sorted(set(a[keep].tolist()))
+    used = sorted(set(a[order_vertices(graph)].tolist()))
     q = _quotient(graph, a, cluster.size)
-    indeg = {d: int(q[used, d].sum()) for d in used}
-    ready = [d for d in used if indeg[d] == 0]
-    order = []
-    while ready:
-        d = min(ready)
-        ready.remove(d)
-        order.append(d)
-        for e in used:
-            if q[d, e]:
-                indeg[e] -= 1
-                if indeg[e] == 0:
-                    ready.append(e)
-    return order if len(order) == len(used) else None
+    succ = [[j for j, e in enumerate(used) if q[d, e]] for d in used]
+    order = topological_order(succ)
+    return [used[i] for i in order.tolist()] if len(order) == len(used) else None
 
 
-def _is_convex(graph: Graph, part: np.ndarray, keep: np.ndarray) -> bool:
-    """No forward path leaves ``part`` and comes back (BFS forward and backward)."""
+def _is_convex(part: np.ndarray, succ: list[list[int]], pred: list[list[int]]) -> bool:
+    """No path of the order graph leaves ``part`` and comes back (search forward and backward)."""
     def reach(adj: list[list[int]]) -> np.ndarray:
-        seen = np.zeros(graph.n, dtype=bool)
-        stack = [w for v in np.flatnonzero(part) for w in adj[v] if keep[w] and not part[w]]
+        seen = np.zeros(len(part), dtype=bool)
+        stack = [w for v in np.flatnonzero(part) for w in adj[v] if not part[w]]
         while stack:
             v = stack.pop()
             if seen[v]:
                 continue
             seen[v] = True
-            stack.extend(w for w in adj[v] if keep[w] and not seen[w])
+            stack.extend(w for w in adj[v] if not seen[w])
         return seen
-    return not np.any(reach(graph.succ) & reach(graph.pred) & ~part)
+    return not np.any(reach(succ) & reach(pred) & ~part)
 
 
 def split_kind(graph: Graph, cluster: Cluster, placement: Placement) -> str:
-    """``"chain"`` (parts orderable so every forward edge goes forward), ``"contiguous"``
-    (every part convex in the forward graph, but the parts form a cycle) or ``"none"``."""
+    """``"chain"`` (parts orderable so every edge of the forward graph with stand-ins goes
+    forward), ``"contiguous"`` (every part convex in that graph, but the parts form a cycle) or
+    ``"none"``."""
     a = as_assignment(graph, cluster, placement)
     if chain_order(graph, cluster, a) is not None:
         return "chain"
-    keep = forward_mask(graph)
+    keep = order_vertices(graph)
+    s, t = order_edges(graph)
+    succ: list[list[int]] = [[] for _ in range(graph.n)]
+    pred: list[list[int]] = [[] for _ in range(graph.n)]
+    for x, y in zip(s.tolist(), t.tolist()):
+        succ[x].append(y)
+        pred[y].append(x)
     for d in set(a[keep].tolist()):
-        if not _is_convex(graph, (a == d) & keep, keep):
+        if not _is_convex((a == d) & keep, succ, pred):
             return "none"
     return "contiguous"
 

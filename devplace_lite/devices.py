@@ -2,7 +2,8 @@
 
 Devices are numbered ``0..k-1`` for accelerators (named ``acc0..``) and ``k..k+l-1`` for CPU
 cores (named ``cpu0..``). Accelerators have a memory cap; CPU cores have none and pay no
-communication (DESIGN.md).
+communication (DESIGN.md). Each device also has the one colour it is drawn in, in every figure
+and schedule (`device_color`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,23 @@ class Cluster:
         l_ = cpus if cpus is not None else d.get("cpus", 0)
         mem = memory if memory is not None else d.get("memory", math.inf)
         return cls(accelerators=int(k), cpus=int(l_), memory=float(mem))
+
+
+#: Accelerators get strong hues; CPU cores greys (they are the slow fallback).
+DEVICE_COLORS = ["#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377",
+                 "#EE8866", "#44BB99", "#BBCC33", "#997700", "#994455", "#6699CC"]
+CPU_COLORS = ["#999999", "#777777", "#BBBBBB", "#555555"]
+
+
+def device_color(cluster: Cluster, d: int) -> str:
+    """The colour device ``d`` of ``cluster`` is drawn in (figures, Gantt charts).
+
+    >>> device_color(Cluster(accelerators=2, cpus=1), 2)
+    '#999999'
+    """
+    if d < cluster.k:
+        return DEVICE_COLORS[d % len(DEVICE_COLORS)]
+    return CPU_COLORS[(d - cluster.k) % len(CPU_COLORS)]
 
 
 @dataclass(frozen=True)

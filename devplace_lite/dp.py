@@ -1,28 +1,29 @@
 """The exact throughput DP over ideals, its linearised variant and a PipeDream-style baseline.
 
 Problem: split the graph into a chain of ideals ``∅ = I_0 ⊆ I_1 ⊆ ... ⊆ I_r = V`` of the
-reduced forward unit graph (`devplace_lite.ideals`), one part ``I_s \\ I_{s-1}`` per device,
-on at most ``k`` accelerators (memory cap ``M`` each) and ``l`` CPU cores, minimising the
-largest device load of `devplace_lite.cost` (compute plus, on accelerators, each crossing
-producer's ``comm`` once). A forward unit carries the backward nodes of its colour classes,
-and both count in the load. Tarnawski et al. (2020) solve it with::
+unit graph (`devplace_lite.units`), one part ``I_s \\ I_{s-1}`` per device, on at most ``k``
+accelerators (memory cap ``M`` each) and ``l`` CPU cores, minimising the largest device load
+of `devplace_lite.cost` (compute plus, on accelerators, each crossing producer's ``comm``
+once). A unit carries every node of its colour classes, forward and backward, and all count
+in the load. Tarnawski et al. (2020) solve it with::
 
     D[c][f][I] = min over ideals J ⊆ I of min( max(D[c][f-1][J], acc(I \\ J)),
                                                max(D[c-1][f][J], cpu(I \\ J)) )
 
 ``D[.][.][∅] = 0``, ``J = I`` meaning an empty device; the answer is ``D[l][k][V]``.
 
-What it is exact over: chain splits of the graph *after* the reductions of
-`devplace_lite.ideals.unit_poset`. Colour classes, cycle fusion and folding zero-time leaves
-lose nothing (the last is certified during the run: folded nodes carry memory, and if any
-memory test ever turned on it, the DP reruns folding only memory-free leaves). Backward nodes
-without a forward partner are attached to a neighbour's unit (`devplace_lite.units.host_units`);
-over graphs with such nodes the answer is optimal for that attachment.
+What it is exact over: every chain split of the authors' model (`devplace_lite.units`:
+classes colocated, a zero-cost stand-in for each backward-only class ordered by the mirror
+image of its backward edges, all loads counted). The reductions of the unit graph lose no
+such split; folding zero-time leaves is certified during the run (folded nodes may carry
+memory, and if any memory test ever turned on it, the DP reruns folding only memory-free
+leaves). On the authors' 16 published throughput workloads the optimum equals their program's
+(``tests/test_reference.py``).
 
 How it is fast (every cut keeps the optimum):
 
-* **An upper bound first.** `linear` slices one topological order optimally (ideals become
-  prefixes, ``O(U^2)`` pairs); its value ``T`` bounds the optimum, so a part whose load
+* **An upper bound first.** `linear` slices one topological order optimally
+  (`devplace_lite.slicing`); its value ``T`` bounds the optimum, so a part whose load
   exceeds ``T`` is in no optimal split, and neither is a state ``(c, f, I)`` whose ideal's work
   cannot fit ``f`` accelerators and ``c`` cores at ``T``, or whose remaining work cannot fit the
   other devices (CPU cores are credited with the most accelerator work they could absorb).
@@ -65,8 +66,10 @@ from numba import njit
 from .cost import evaluate
 from .devices import Cluster
 from .graph import Graph
-from .ideals import DEFAULT_LIMIT, Ideals, UnitPoset, enumerate_ideals, unit_poset
+from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
 from .result import Result
+from .slicing import Slicer
+from .units import UnitGraph, unit_graph
 
 # Relative slack on the pruning bound: sums of the same floats in another order may differ in
 # the last bits, and a part exactly at the bound must survive.
@@ -78,7 +81,7 @@ _CHUNK_PAIRS = 4_000_000
 
 @dataclass
 class _Units:
-    """Per-unit sums and the communication hypergraph over units."""
+    """The unit graph's sums and hypergraph in the kernel's array types."""
 
     pa: np.ndarray       # accelerator time
     pc: np.ndarray       # CPU time (0 where not allowed)
@@ -93,34 +96,12 @@ class _Units:
     inc_hi: np.ndarray   # for each incidence (x, e): members of e numbered above x
 
 
-def _units(poset: UnitPoset) -> _Units:
-    g, unit, U = poset.graph, poset.unit, poset.size
-    pa = np.bincount(unit, weights=g.p_acc, minlength=U)
-    pc = np.bincount(unit, weights=np.nan_to_num(g.p_cpu), minlength=U)
-    mem = np.bincount(unit, weights=g.memory, minlength=U)
-    mem_core = np.bincount(unit, weights=np.where(poset.folded, 0.0, g.memory), minlength=U)
-    bad_acc = (np.bincount(unit, weights=~g.supported, minlength=U) > 0).astype(np.int8)
-    bad_cpu = (np.bincount(unit, weights=np.isnan(g.p_cpu), minlength=U) > 0).astype(np.int8)
-    # one hyperedge per producer: its unit and its consumers' units; equal sets merged
-    edges: dict[tuple[int, ...], float] = {}
-    for u in range(g.n):
-        if g.comm[u] <= 0 or not g.succ[u]:
-            continue
-        members = tuple(sorted({int(unit[u])} | {int(unit[w]) for w in g.succ[u]}))
-        if len(members) > 1:
-            edges[members] = edges.get(members, 0.0) + float(g.comm[u])
-    keys = sorted(edges)
-    he_w = np.array([edges[e] for e in keys], dtype=np.float64)
-    he_size = np.array([len(e) for e in keys], dtype=np.int32)
-    inc: list[list[int]] = [[] for _ in range(U)]
-    for h, e in enumerate(keys):
-        for x in e:
-            inc[x].append(h)
-    inc_ptr = np.zeros(U + 1, dtype=np.int64)
-    np.cumsum([len(a) for a in inc], out=inc_ptr[1:])
-    inc_he = np.array([h for a in inc for h in a], dtype=np.int32)
-    inc_hi = np.array([sum(1 for y in keys[h] if y > x) for x, a in enumerate(inc) for h in a], dtype=np.int32)
-    return _Units(pa, pc, mem, mem_core, bad_acc, bad_cpu, he_w, he_size, inc_ptr, inc_he, inc_hi)
+def _units(poset: UnitGraph) -> _Units:
+    hp, _, hw = poset.hyperedges
+    inc_ptr, inc_he, inc_hi = poset.incidence
+    return _Units(poset.pa, poset.pc, poset.mem, poset.mem_core, poset.bad_acc.astype(np.int8),
+                  poset.bad_cpu.astype(np.int8), hw, np.diff(hp).astype(np.int32), inc_ptr,
+                  inc_he.astype(np.int32), inc_hi.astype(np.int32))
 
 
 @njit(cache=True, nogil=True)
@@ -345,7 +326,7 @@ def nested_pairs(ideals: Ideals) -> int:
     ``O(pairs)`` time, ``O(U)`` extra memory (a compiled depth-first search).
     """
     t = _Table.of(ideals)
-    return int(_count_pairs(t.mx_ptr, t.mx_unit, t.mx_child, ideals.poset.size))
+    return int(_count_pairs(t.mx_ptr, t.mx_unit, t.mx_child, ideals.units.size))
 
 
 @dataclass
@@ -360,13 +341,6 @@ class _Table:
     @classmethod
     def of(cls, ideals: Ideals) -> "_Table":
         return cls(ideals.masks, ideals.mx_ptr, ideals.mx_unit.astype(np.int64), ideals.mx_child.astype(np.int64))
-
-    @classmethod
-    def prefixes(cls, U: int) -> "_Table":
-        """The chain 0 < 1 < ... < U-1 (a topological order): ideal i = units 0..i-1."""
-        ptr = np.concatenate([[0], np.arange(U + 1, dtype=np.int64)])
-        return cls([(1 << i) - 1 for i in range(U + 1)], ptr, np.arange(U, dtype=np.int64),
-                    np.arange(U, dtype=np.int64))
 
 
 @dataclass
@@ -402,7 +376,7 @@ def _absorb(units: _Units, l_: int, cap: float) -> np.ndarray:
     return out
 
 
-def _solve(poset: UnitPoset, units: _Units, table: _Table, cluster: Cluster, cap: float,
+def _solve(poset: UnitGraph, units: _Units, table: _Table, cluster: Cluster, cap: float,
            deadline: float | None) -> _Run:
     N = len(table.masks)
     k, l_ = cluster.k, cluster.l
@@ -492,20 +466,27 @@ def _result(method: str, graph: Graph, cluster: Cluster, assignment: np.ndarray 
     return Result(method, graph, cluster, assignment, value, status, seconds, bound=bound, extra=extra)
 
 
+def _sliced(graph: Graph, cluster: Cluster, poset: UnitGraph) -> np.ndarray | None:
+    """The best slicing of the unit numbering (a topological order) by the library's slicer:
+    the device of each node, or None when no slicing fits."""
+    slicer = Slicer(graph, cluster, poset)
+    _, dev = slicer.slice(np.arange(poset.size))
+    return None if dev is None else slicer.assignment(dev)
+
+
 def linear(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
     """Slice one topological order of the units into at most ``k + l`` blocks, optimally.
 
-    The order is the unit numbering of `devplace_lite.ideals.unit_poset` (Kahn's algorithm,
-    lowest label first). Every prefix is an ideal, so the result is a chain split and its
-    value an upper bound on `dp`'s; status ``"feasible"``. ``O(U^2 (d + kl))`` time.
+    The order is the unit numbering of `devplace_lite.units.unit_graph` (Kahn's algorithm, ties
+    by the graph's own topological order), cut by `devplace_lite.slicing`. Every prefix is an ideal, so the
+    result is a chain split and its value an upper bound on `dp`'s; status ``"feasible"``.
+    ``O((k + l) U^2)`` time at worst.
     """
     t0 = time.perf_counter()
-    poset = unit_poset(graph)
-    units = _units(poset)
-    run = _solve(poset, units, _Table.prefixes(poset.size), cluster, math.inf, None)
-    status = "feasible" if run.assignment is not None else "infeasible"
-    return _result("linear", graph, cluster, run.assignment, status, t0, None,
-                   {"units": poset.size, "pairs": run.pairs})
+    poset = unit_graph(graph, fold=True)
+    a = _sliced(graph, cluster, poset)
+    return _result("linear", graph, cluster, a, "feasible" if a is not None else "infeasible", t0, None,
+                   {"units": poset.size})
 
 
 def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
@@ -515,7 +496,7 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     Status ``"optimal"`` with ``bound == objective``; ``"infeasible"`` when no chain split
     fits (memory caps, unsupported nodes); ``"time_limit"`` with the linear split as the
     incumbent and a proven lower bound when ``time_limit`` seconds pass first. Raises
-    `GraphError` when the graph has more than ``limit`` ideals. ``prune=False`` visits every
+    `LimitError` when the graph has more than ``limit`` ideals. ``prune=False`` visits every
     nested pair (the plain recurrence, for comparison); ``extra["pairs"]`` counts them.
     """
     t0 = time.perf_counter()
@@ -523,31 +504,31 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     extra: dict = {}
     refolded = False
     for merge in (True, "memoryless"):
-        poset = unit_poset(graph, merge_free=merge)
+        poset = unit_graph(graph, fold=merge)
         units = _units(poset)
-        upper = _solve(poset, units, _Table.prefixes(poset.size), cluster, math.inf, None)
+        upper = _sliced(graph, cluster, poset)
         ideals = enumerate_ideals(poset, limit)
         # the bound is the evaluator's value of the linear split (the DP's own sums may differ in
         # the last bits, and _SLACK covers that)
-        upper_value = None if upper.assignment is None else float(evaluate(graph, cluster, upper.assignment).max_load)
+        upper_value = None if upper is None else float(evaluate(graph, cluster, upper).max_load)
         cap = upper_value if prune and upper_value is not None else math.inf
         run = _solve(poset, units, _Table.of(ideals), cluster, cap, deadline)
         extra = {"units": poset.size, "ideals": len(ideals), "pairs": run.pairs, "pairs_within": run.within,
                  "upper_bound": upper_value, "refolded": refolded}
         if not run.finished:
             bound = _lower_bound(units, cluster)
-            return _result("dp", graph, cluster, upper.assignment, "time_limit", t0,
+            return _result("dp", graph, cluster, upper, "time_limit", t0,
                            None if not math.isfinite(bound) else bound, extra)
         if run.certificate or not poset.folded.any():
             break
         refolded = True  # a memory test turned on folded nodes: redo without folding them
     best = run.assignment
     if best is None or (upper_value is not None and upper_value < evaluate(graph, cluster, best).max_load):
-        best = upper.assignment  # the DP found nothing strictly inside the slack: the bound was optimal
+        best = upper  # the DP found nothing strictly inside the slack: the bound was optimal
     return _result("dp", graph, cluster, best, "optimal", t0, None, extra)
 
 
-def _pipedream_plan(poset: UnitPoset, units: _Units, cluster: Cluster) -> np.ndarray | None:
+def _pipedream_plan(poset: UnitGraph, units: _Units, cluster: Cluster) -> np.ndarray | None:
     """PipeDream's planner on the unit order, without replication.
 
     A stage ``[j, i)`` costs its compute; the activation crossing boundary ``j`` costs
@@ -615,7 +596,7 @@ def pipedream(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
     stages, transfers overlapped with compute); the split is then scored by the real model,
     which pays every crossing producer and does not overlap. Status ``"feasible"``."""
     t0 = time.perf_counter()
-    poset = unit_poset(graph)
+    poset = unit_graph(graph, fold=True)
     plan = _pipedream_plan(poset, _units(poset), cluster)
     status = "feasible" if plan is not None else "infeasible"
     return _result("pipedream", graph, cluster, plan, status, t0, None, {"units": poset.size})

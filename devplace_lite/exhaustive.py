@@ -3,8 +3,8 @@
 Problem: over every assignment of units (colocation classes, or single nodes) to devices,
 minimise the largest device load, subject to memory caps, unsupported nodes, CPU-less nodes,
 and a split kind: ``"chain"`` (chain of ideals), ``"contiguous"`` (each part convex) or
-``"any"``. Contiguity is asked of the forward nodes (DESIGN.md); backward nodes follow their
-colocation class.
+``"any"``. Both shapes are asked of the forward graph with stand-ins for backward-only classes
+(`devplace_lite.units`, the authors' model); backward nodes follow their colocation class.
 
 Complexity: ``O(D^U (n + m) D)`` for ``U`` units and ``D`` devices, cut by a factor of about
 ``k! l!`` by fixing the labels of identical devices in first-use order. Assignments are scored
@@ -25,10 +25,12 @@ import time
 
 import numpy as np
 
-from .cost import forward_mask
+from .cost import evaluate
 from .devices import Cluster
-from .graph import Graph, GraphError
+from .errors import LimitError, UsageError
+from .graph import Graph
 from .result import Result
+from .units import order_edges, order_vertices, unit_graph
 
 DEFAULT_LIMIT = 5_000_000
 _BATCH = 1 << 15
@@ -42,17 +44,17 @@ def _canonical(A: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return ~np.any(inside & (lab > seen_max + 1), axis=1)
 
 
-def _reachability(graph: Graph, keep: np.ndarray) -> np.ndarray:
-    """R[u, x] = there is a path u -> ... -> x of length >= 1 through kept nodes."""
+def _reachability(graph: Graph) -> np.ndarray:
+    """R[u, x] = a path u -> ... -> x of length >= 1 along the order edges (the forward graph
+    with stand-ins, `devplace_lite.units.order_edges`; it may have cycles)."""
+    s, t = order_edges(graph)
     R = np.zeros((graph.n, graph.n), dtype=bool)
-    for v in graph.topological_order()[::-1]:
-        if not keep[v]:
-            continue
-        for w in graph.succ[v]:
-            if keep[w]:
-                R[v, w] = True
-                R[v] |= R[w]
-    return R
+    R[s, t] = True
+    while True:  # squaring doubles the path length covered
+        nxt = R | ((R.astype(np.float32) @ R.astype(np.float32)) > 0)
+        if np.array_equal(nxt, R):
+            return R
+        R = nxt
 
 
 def batch_loads(graph: Graph, cluster: Cluster, A: np.ndarray) -> np.ndarray:
@@ -80,14 +82,13 @@ def batch_kind_ok(graph: Graph, cluster: Cluster, A: np.ndarray, kind: str, R: n
     """Which rows of A are splits of the asked kind (on the forward nodes)."""
     if kind == "any":
         return np.ones(len(A), dtype=bool)
-    keep = forward_mask(graph)
+    keep = order_vertices(graph)
     D = cluster.size
     if kind == "chain":
         Q = np.zeros((len(A), D, D), dtype=np.float32)
         rows = np.arange(len(A))
-        for s, t in zip(graph.src.tolist(), graph.dst.tolist()):
-            if keep[s] and keep[t]:
-                Q[rows, A[:, s], A[:, t]] = 1.0
+        for s, t in zip(*(e.tolist() for e in order_edges(graph))):
+            Q[rows, A[:, s], A[:, t]] = 1.0
         Q[:, np.arange(D), np.arange(D)] = 0.0
         C = Q.copy()
         for _ in range(max(1, int(np.ceil(np.log2(D))) + 1)):
@@ -103,31 +104,36 @@ def batch_kind_ok(graph: Graph, cluster: Cluster, A: np.ndarray, kind: str, R: n
             before = (M @ Rf.T) > 0
             ok &= ~np.any(after & before & ~inside & keep[None, :], axis=1)
         return ok
-    raise GraphError(f"unknown split kind {kind!r} (expected chain, contiguous or any)")
+    raise UsageError(f"unknown split kind {kind!r} (expected chain, contiguous or any)")
 
 
-def exhaustive(graph: Graph, cluster: Cluster, kind: str = "chain", limit: int = DEFAULT_LIMIT) -> Result:
+def exhaustive(graph: Graph, cluster: Cluster, kind: str = "chain", limit: int = DEFAULT_LIMIT,
+               time_limit: float | None = None) -> Result:
     """The optimal placement of the given split kind by trying every assignment of units.
 
-    Raises `GraphError` when ``D ** U`` exceeds ``limit`` (the search would not end in time).
+    Status ``optimal``, or ``infeasible`` when no placement of the kind fits; with
+    ``time_limit`` seconds, the best placement tried so far with status ``time_limit`` (no
+    bound) when the time runs out first. Raises `LimitError` when ``D ** U`` exceeds ``limit``
+    (the search would not end in time) and `UsageError` for an unknown kind.
     """
     t0 = time.perf_counter()
-    units = graph.units
-    U, D, k = int(units.max()) + 1, cluster.size, cluster.k
+    if kind not in ("chain", "contiguous", "any"):
+        raise UsageError(f"unknown split kind {kind!r} (expected chain, contiguous or any)")
+    classes = unit_graph(graph, chain=False)  # colocation classes only: no reduction to trust
+    units, U, D, k = classes.unit, classes.size, cluster.size, cluster.k
     if D ** U > limit:
-        raise GraphError(f"exhaustive search needs {D}^{U} assignments, over the limit of {limit}")
-    # which devices each unit may use
-    allowed = np.ones((U, D), dtype=bool)
-    unsup = np.zeros(U, dtype=bool)
-    np.logical_or.at(unsup, units, ~graph.supported)
-    nocpu = np.zeros(U, dtype=bool)
-    np.logical_or.at(nocpu, units, np.isnan(graph.p_cpu))
-    allowed[unsup, :k] = False
-    allowed[nocpu, k:] = False
-    R = _reachability(graph, forward_mask(graph)) if kind == "contiguous" else None
-    best_val, best_row = np.inf, None
+        raise LimitError(f"exhaustive search needs {D}^{U} assignments, over the limit of {limit:,}; "
+                         f"use dp or ip for graphs this size")
+    allowed = np.ones((U, D), dtype=bool)  # which devices each unit may use
+    allowed[classes.bad_acc, :k] = False
+    allowed[classes.bad_cpu, k:] = False
+    R = _reachability(graph) if kind == "contiguous" else None
+    best_val, best_row, status = np.inf, None, "optimal"
     powers = D ** np.arange(U - 1, -1, -1, dtype=np.int64)
     for start in range(0, D ** U, _BATCH):
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            status = "time_limit"
+            break
         idx = np.arange(start, min(D ** U, start + _BATCH), dtype=np.int64)
         AU = (idx[:, None] // powers[None, :]) % D
         ok = _canonical(AU, 0, k) & _canonical(AU, k, D)
@@ -150,6 +156,8 @@ def exhaustive(graph: Graph, cluster: Cluster, kind: str = "chain", limit: int =
             best_val, best_row = float(worst[i]), A[i].copy()
     seconds = time.perf_counter() - t0
     if best_row is None:
-        return Result("exhaustive", graph, cluster, None, None, "infeasible", seconds, extra={"kind": kind})
-    return Result("exhaustive", graph, cluster, best_row, best_val, "optimal", seconds, bound=best_val,
-                  extra={"kind": kind})
+        return Result("exhaustive", graph, cluster, None, None, "infeasible" if status == "optimal" else status,
+                      seconds, extra={"kind": kind})
+    value = evaluate(graph, cluster, best_row).max_load  # the evaluator's sums, to the last bit
+    return Result("exhaustive", graph, cluster, best_row, value, status, seconds,
+                  bound=value if status == "optimal" else None, extra={"kind": kind})

@@ -21,7 +21,8 @@ from typing import Callable
 
 import numpy as np
 
-from .graph import Graph, GraphError, Node
+from .errors import GraphError, UsageError
+from .graph import Graph, Node
 
 LINK_BYTES_PER_S = 16e9
 
@@ -149,9 +150,9 @@ FAMILIES: dict[str, Callable[..., Graph]] = {
 def generate(family: str, n: int, seed: int = 0, training: bool = False) -> Graph:
     """A graph of about ``n`` forward nodes from a named family, optionally with backward nodes."""
     if family not in FAMILIES:
-        raise GraphError(f"unknown graph family {family!r}; known: {', '.join(FAMILIES)}")
+        raise UsageError(f"unknown graph family {family!r}; known: {', '.join(FAMILIES)}")
     if n < 1:
-        raise GraphError(f"graph size must be at least 1, got {n}")
+        raise UsageError(f"graph size must be at least 1, got {n}")
     g = FAMILIES[family](n, seed=seed)
     return with_backward(g) if training else g
 

@@ -76,7 +76,7 @@ class Graph:
     Examples
     --------
     >>> g = Graph([Node("a", p_acc=1.0, comm=0.5), Node("b", p_acc=2.0)], [("a", "b")])
-    >>> g.n, g.m, list(g.topological_order())
+    >>> g.n, g.m, g.topological_order().tolist()
     (2, 1, [0, 1])
     """
 

@@ -95,7 +95,7 @@ class LatencyEvaluation:
     def tasks(self, graph: Graph, cluster: Cluster) -> list[tuple[str, float, float, str, str]]:
         """Boxes for `devplace_lite.plot.gantt`: one lane per accelerator, and CPU nodes packed
         into as many ``cpu·i`` lanes as run at once (the model's unbounded parallelism)."""
-        from .plot import device_color
+        from .devices import device_color
 
         out = [(cluster.names[c.device], c.start, c.finish - c.start, "+".join(graph.nodes[v].id for v in c.nodes)
                 if len(c.nodes) <= 3 else f"{len(c.nodes)} ops", device_color(cluster, c.device)) for c in self.calls]

@@ -1,53 +1,129 @@
-"""Registries of the library's methods, by the name the CLI and the chapters use.
+"""Registries of the library's methods, by the name the CLI and the chapters use, with what
+each method is.
 
-Each entry maps a method name to ``"module:function"`` inside `devplace_lite`; the module is
-imported only when the method is asked for, so ``devplace partition`` loads no more than it
-needs (and never torch).
+Each entry is a `Method`: where the function lives (``"module:function"`` inside
+`devplace_lite`, imported only when the method is asked for, so ``devplace partition`` loads no
+more than it needs and never torch) and the contract it keeps:
 
-* ``PARTITION``: ``f(graph, cluster, *, time_limit=None, seed=0) -> Result`` minimising the
-  largest device load (throughput).
-* ``LATENCY``: ``f(graph, cluster, *, time_limit=None, seed=0) -> Result`` minimising the
-  single-sample latency (inference).
-* ``BOUND``: ``f(graph, cluster, *, time_limit=None) -> Bound`` a proven lower bound.
+* ``problem``: ``throughput`` (minimise the largest device load), ``latency`` (one sample's
+  finish time, inference) or ``bound`` (a proven lower bound on the throughput optimum);
+* ``split``: the splits it searches (for a bound: the optimum it bounds): ``chain`` (a chain of
+  ideals of the forward graph with stand-ins, `devplace_lite.units`), ``contiguous`` (every
+  part convex there) or ``any``;
+* ``exact``: it says ``optimal`` only with a proof, and finds the optimum over its splits when
+  given the time (for a bound: its value is then that optimum); a heuristic never says
+  ``optimal``;
+* ``limit``: how it treats ``time_limit``: ``anytime`` (watches the clock throughout and, when
+  the time is up, returns its incumbent, its bound and status ``time_limit``) or ``polynomial``
+  (finishes within the polynomial time its docstring states without watching the clock; a
+  method with an improvement phase gives that phase what time is left).
+
+The functions: ``PARTITION`` and ``LATENCY``: ``f(graph, cluster, *, time_limit=None, seed=0)
+-> Result``; ``BOUND``: ``f(graph, cluster, *, time_limit=None) -> Bound``.
+
+Example
+-------
+>>> PARTITION["dp"].exact, PARTITION["dp"].split, PARTITION["brkga"].exact
+(True, 'chain', False)
+>>> resolve(PARTITION, "dp").__name__
+'dp'
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Callable
 
 from .errors import UsageError
 
-PARTITION: dict[str, str] = {
-    "single": "baselines:single_device",
-    "uniform": "baselines:uniform",
-    "parameters": "baselines:balance_by_parameters",
-    "time": "baselines:balance_by_time",
-    "greedy": "baselines:greedy_fill",
-    "random": "baselines:random_best_of",
-    "exhaustive": "baselines:exhaustive_chain",
-    "dp": "dp:dp", "linear": "dp:linear", "pipedream": "dp:pipedream",
-    "kl": "heuristics.bisection:kl",
-    "etf": "heuristics.list_scheduling:etf",
-    "heft": "heuristics.list_scheduling:heft",
-    "topo-fill": "heuristics.topo_fill:topo_fill",
-    "local-search": "heuristics.local_search:local_search_method",
-    "brkga": "brkga:brkga",
-    "ip": "mip.throughput:ip_chain", "ip-contig": "mip.throughput:ip_contiguous", "ip-noncontig": "mip.throughput:ip_noncontiguous",
+PROBLEMS = ("throughput", "latency", "bound")
+SPLITS = ("chain", "contiguous", "any")
+LIMITS = ("anytime", "polynomial")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One registry entry (module docstring)."""
+
+    target: str
+    problem: str
+    split: str
+    exact: bool
+    limit: str
+    summary: str
+
+    def __post_init__(self) -> None:
+        if self.problem not in PROBLEMS or self.split not in SPLITS or self.limit not in LIMITS:
+            raise ValueError(f"bad registry entry {self}")
+
+    def load(self) -> Callable:
+        """The function itself (imports its module)."""
+        module, func = self.target.split(":")
+        return getattr(importlib.import_module(f"devplace_lite.{module}"), func)
+
+
+def _throughput(target: str, split: str, exact: bool, limit: str, summary: str) -> Method:
+    return Method(target, "throughput", split, exact, limit, summary)
+
+
+PARTITION: dict[str, Method] = {
+    "single": _throughput("baselines:single_device", "chain", False, "polynomial", "everything on one accelerator"),
+    "uniform": _throughput("baselines:uniform", "chain", False, "polynomial", "equal numbers of units per stage"),
+    "parameters": _throughput("baselines:balance_by_parameters", "chain", False, "polynomial",
+                              "stages of balanced memory (DeepSpeed's default)"),
+    "time": _throughput("baselines:balance_by_time", "chain", False, "polynomial",
+                        "stages of balanced compute, blind to transfers"),
+    "greedy": _throughput("baselines:greedy_fill", "chain", False, "polynomial",
+                          "fill accelerators in order up to a share of the work"),
+    "random": _throughput("baselines:random_best_of", "any", False, "anytime", "best of random placements"),
+    "exhaustive": _throughput("baselines:exhaustive_chain", "chain", True, "anytime",
+                              "every placement of the units (tiny graphs)"),
+    "dp": _throughput("dp:dp", "chain", True, "anytime", "the exact DP over ideals"),
+    "linear": _throughput("dp:linear", "chain", False, "polynomial", "the best slicing of one topological order"),
+    "pipedream": _throughput("dp:pipedream", "chain", False, "polynomial", "PipeDream's planner on one order"),
+    "kl": _throughput("heuristics.bisection:kl", "chain", False, "polynomial",
+                      "recursive bisection with FM refinement, then local search"),
+    "etf": _throughput("heuristics.list_scheduling:etf", "any", False, "polynomial",
+                       "earliest-task-first list scheduling"),
+    "heft": _throughput("heuristics.list_scheduling:heft", "any", False, "polynomial", "HEFT list scheduling"),
+    "topo-fill": _throughput("heuristics.topo_fill:topo_fill", "chain", False, "polynomial",
+                             "one pass in topological order towards equal shares"),
+    "local-search": _throughput("heuristics.local_search:local_search_method", "chain", False, "anytime",
+                                "moves and swaps of boundary blocks from the balanced cut"),
+    "brkga": _throughput("brkga:brkga", "chain", False, "anytime", "genetic search over orders, each sliced"),
+    "ip": _throughput("mip.throughput:ip_chain", "chain", True, "anytime", "the chain integer program"),
+    "ip-contig": _throughput("mip.throughput:ip_contiguous", "contiguous", True, "anytime",
+                             "the contiguous integer program"),
+    "ip-noncontig": _throughput("mip.throughput:ip_noncontiguous", "any", True, "anytime",
+                                "the integer program over every placement"),
 }
 
-LATENCY: dict[str, str] = {"ip": "mip.latency:ip", "greedy": "latency_search:greedy_latency",
-                           "local-search": "latency_search:local_search"}
+LATENCY: dict[str, Method] = {
+    "ip": Method("mip.latency:ip", "latency", "contiguous", True, "anytime",
+                 "the latency integer program, warm-started from every split we know"),
+    "greedy": Method("latency_search:greedy_latency", "latency", "contiguous", False, "polynomial",
+                     "the authors' greedy: pack consecutive blocks while memory lasts"),
+    "local-search": Method("latency_search:local_search", "latency", "contiguous", False, "anytime",
+                           "moves of stage boundaries from the best split known"),
+}
 
-BOUND: dict[str, str] = {
-    "combinatorial": "bounds.combinatorial:combinatorial_bound", "stage-relax": "bounds:stage_relax",
-    "pinned": "bounds:pinned", "reach": "bounds:reach", "exact-mip": "bounds:exact_mip", "best": "bounds.best:best_bound",
+BOUND: dict[str, Method] = {
+    "combinatorial": Method("bounds.combinatorial:combinatorial_bound", "bound", "any", False, "polynomial",
+                            "neighbourhood and knapsack bounds"),
+    "stage-relax": Method("bounds:stage_relax", "bound", "chain", False, "anytime",
+                          "one stage modelled exactly, maximised over the stage"),
+    "pinned": Method("bounds:pinned", "bound", "chain", False, "anytime", "the least load of a stage holding a unit"),
+    "reach": Method("bounds:reach", "bound", "chain", False, "anytime", "how much work s stages of load T cover"),
+    "exact-mip": Method("bounds:exact_mip", "bound", "chain", True, "anytime",
+                        "the dual bound of the exact ordered-stage MIP"),
+    "best": Method("bounds.best:best_bound", "bound", "chain", True, "anytime",
+                   "the above and the exact DP within a budget"),
 }
 
 
-def resolve(registry: dict[str, str], name: str, what: str = "method") -> Callable:
+def resolve(registry: dict[str, Method], name: str, what: str = "method") -> Callable:
     """The function registered under ``name``; a one-line error lists the known names."""
     if name not in registry:
         raise UsageError(f"unknown {what} {name!r}; known: {', '.join(sorted(registry))}")
-    module, func = registry[name].split(":")
-    return getattr(importlib.import_module(f"devplace_lite.{module}"), func)
+    return registry[name].load()

@@ -6,13 +6,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .devices import Cluster
+from .devices import CPU_COLORS, DEVICE_COLORS, Cluster, device_color
 from .graph import Graph
 
-#: Accelerators get strong hues; CPU cores greys (they are the slow fallback).
-DEVICE_COLORS = ["#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377",
-                 "#EE8866", "#44BB99", "#BBCC33", "#997700", "#994455", "#6699CC"]
-CPU_COLORS = ["#999999", "#777777", "#BBBBBB", "#555555"]
+__all__ = ["CPU_COLORS", "DEVICE_COLORS", "device_color", "draw_placement", "gantt", "layered_positions",
+           "use_style"]
 
 
 def use_style() -> None:
@@ -26,12 +24,6 @@ def use_style() -> None:
         "axes.grid": True, "grid.alpha": 0.3, "legend.frameon": False,
         "axes.prop_cycle": mpl.cycler(color=DEVICE_COLORS),
     })
-
-
-def device_color(cluster: Cluster, d: int) -> str:
-    if d < cluster.k:
-        return DEVICE_COLORS[d % len(DEVICE_COLORS)]
-    return CPU_COLORS[(d - cluster.k) % len(CPU_COLORS)]
 
 
 def layered_positions(graph: Graph) -> np.ndarray:

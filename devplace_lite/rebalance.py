@@ -46,7 +46,8 @@ import numpy as np
 
 from .cost import as_assignment, chain_order, device_loads
 from .devices import Cluster
-from .graph import Graph, GraphError
+from .errors import GraphError, UsageError
+from .graph import Graph
 from .heuristics.blocks import block_structure
 from .heuristics.incremental import LoadState
 
@@ -63,9 +64,9 @@ def perturbed(graph: Graph, sigma: float = 0.25, seed: int = 0, window: int = 1)
     another, instead of independent errors that cancel within a stage.
     """
     if sigma < 0:
-        raise GraphError(f"perturbation sigma must be non-negative, got {sigma}")
+        raise UsageError(f"perturbation sigma must be non-negative, got {sigma}")
     if window < 1:
-        raise GraphError(f"perturbation window must be at least 1, got {window}")
+        raise UsageError(f"perturbation window must be at least 1, got {window}")
     z = np.random.default_rng(seed).standard_normal(graph.n + window - 1)
     z = np.convolve(z, np.ones(window) / np.sqrt(window), mode="valid")  # unit variance again
     f = np.empty(graph.n)

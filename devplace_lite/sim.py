@@ -64,7 +64,8 @@ import numpy as np
 
 from .cost import Placement, as_assignment
 from .devices import Cluster
-from .graph import Graph, GraphError
+from .errors import GraphError, UsageError
+from .graph import Graph
 
 PerDevice = Union[float, Sequence[float]]
 
@@ -77,9 +78,9 @@ def _per_device(value: PerDevice | None, D: int, name: str, positive: bool) -> n
     if arr.ndim == 0:
         arr = np.full(D, float(arr))
     if arr.shape != (D,):
-        raise GraphError(f"simulator parameter {name}: expected one value or {D} (one per device), got {arr.size}")
+        raise UsageError(f"simulator parameter {name}: expected one value or {D} (one per device), got {arr.size}")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0 if positive else arr < 0):
-        raise GraphError(f"simulator parameter {name} must be {'positive' if positive else 'non-negative'} "
+        raise UsageError(f"simulator parameter {name} must be {'positive' if positive else 'non-negative'} "
                          f"and finite, got {arr.tolist()}")
     return arr
 
@@ -111,7 +112,7 @@ class SimParams:
         bw = None if self.bandwidth is None else _per_device(self.bandwidth, D, "bandwidth", positive=True)
         lat = _per_device(self.latency, D, "latency", positive=False)
         if not (math.isfinite(self.overhead) and self.overhead >= 0):
-            raise GraphError(f"simulator parameter overhead must be non-negative and finite, got {self.overhead}")
+            raise UsageError(f"simulator parameter overhead must be non-negative and finite, got {self.overhead}")
         return speed, bw, lat
 
     def homogeneous(self, cluster: Cluster) -> bool:
@@ -160,7 +161,7 @@ class SimResult:
     def tasks(self, graph: Graph, cluster: Cluster, labels: bool = True) -> list[tuple[str, float, float, str, str]]:
         """Sample 0 as Gantt boxes ``(lane, start, duration, label, colour)`` for `plot.gantt`:
         one lane per device, one per used link; transfers are grey."""
-        from .plot import device_color
+        from .devices import device_color
 
         names = cluster.names
         out = []
@@ -235,10 +236,10 @@ class Simulator:
         a = as_assignment(g, cl, placement)
         n, D, k = g.n, cl.size, cl.k
         if samples < 1:
-            raise GraphError(f"samples must be at least 1, got {samples}")
+            raise UsageError(f"samples must be at least 1, got {samples}")
         window = samples if window is None else int(window)
         if window < 1:
-            raise GraphError(f"window must be at least 1, got {window}")
+            raise UsageError(f"window must be at least 1, got {window}")
         dur_a = self.durations[np.arange(n), a]
         bad = np.flatnonzero(np.isnan(dur_a))
         if len(bad):

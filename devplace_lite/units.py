@@ -1,141 +1,362 @@
-"""Where backward nodes without a forward partner go: the one attachment rule of the library.
+"""The one unit model: what every method moves, and the order a pipeline split must keep.
 
-A split moves colocation classes (`Graph.units`) as one, and a class that holds a forward node
-goes where the split puts that node. A *backward-only* class (backward nodes only, or one
-classless backward node; the authors' BERT operator training graphs have some) is placed by no
-forward node, so the methods that move forward units (the baselines, the block heuristics,
-the DP over ideals) attach it to one with `host_units`:
+The model is the authors' (Tarnawski et al., 2020, as their DP program builds it):
 
-* each backward-only class joins the unit of the neighbour it exchanges the most data with,
-  by any edge of any of its nodes (an edge's weight is its producer's ``comm``; ties to the
-  lowest neighbour index), the class as one group;
-* classes are resolved in rounds, in order of their lowest node index, each seeing the
-  attachments made before it, so chains of such classes follow their first anchored neighbour;
-* a class with no anchored neighbour left joins the unit of the first forward node in
-  topological order.
+* **Classes.** Nodes of one colour class share a device; a node without a class is a class of
+  its own (`Graph.units`).
+* **The forward class graph.** One vertex per class, an arc ``A -> B`` for every forward edge
+  from a node of ``A`` to a node of ``B``. A class with no forward node (a *backward-only*
+  class; the authors' BERT operator training graphs have some) is represented by a zero-cost
+  forward *stand-in*, ordered by the mirror image of the backward edges that touch it: a
+  backward edge ``u -> v`` (both nodes backward) where ``u``'s or ``v``'s class is
+  backward-only gives the arc ``class(v) -> class(u)`` (gradients flow against the data).
+* **Chain splits.** A split is a chain of ideals when its parts can be ordered so that every
+  arc of the class graph goes forward or stays inside a part (`devplace_lite.cost.chain_order`).
+* **Loads** (`devplace_lite.cost`): all nodes of a part count, forward and backward, and every
+  producer with an edge crossing an accelerator's boundary counts once.
 
-Methods that search over every placement (`devplace_lite.exhaustive`, the MIPs, the bounds of
-`devplace_lite.bounds`) keep such classes free instead: the attachment may cost a little.
+`unit_graph` turns a graph into the units a chain split moves, by reductions that keep every
+chain split (and so the optimum):
 
-Complexity: ``O(r (n + m))`` for ``r`` rounds (at most the number of backward-only classes).
+1. classes, as above;
+2. *cycles*: the classes of one strongly connected component of the class graph share a part
+   in every chain split, so each component is fused into one unit;
+3. *free leaves* (``fold``): a unit whose nodes take no time (zero accelerator and CPU times,
+   allowed on an accelerator) and that touches exactly one other unit, by any edge, joins that
+   unit, to a fixpoint. Moving it beside its only neighbour never raises a load and keeps the
+   chain; it may raise that device's memory, so ``fold=True`` marks the nodes ``folded`` and
+   the caller certifies that no memory test turned on them (`devplace_lite.dp`), while
+   ``fold="memoryless"`` folds only units without memory (always exact); a boolean node mask
+   names the free nodes directly (the bounds use one that depends on the cluster);
+4. units are numbered in a topological order of the arcs between them (Kahn's algorithm, ties
+   by each unit's first node in the graph's own topological order), so an ideal is a
+   predecessor-closed bit set over ``0..U-1`` and every prefix of the numbering is an ideal.
+
+With ``chain=False`` only reductions 1 and 3 apply and the units carry no order: the model of
+splits of any shape (the combinatorial bound, the non-contiguous IP).
+
+Per unit the graph keeps its sums (`UnitGraph.pa`, ``pc``, ``mem``, ...) and the *producer
+hypergraph*: producer ``p`` gives the unit set ``{unit(p)} ∪ {unit(w) : p -> w}``; an
+accelerator holding the units ``S`` pays ``c(p)`` exactly when that set meets both ``S`` and its
+complement. Producers with equal unit sets are merged by adding their costs.
+
+Complexity: ``O((n + m) log n)`` to build; the hypergraph ``O(n + m)`` more.
 
 Example
 -------
 >>> from devplace_lite.graph import Graph, Node
->>> g = Graph([Node("a", comm=0.1), Node("b", comm=5.0), Node("x", backward=True)],
-...           [("a", "b"), ("a", "x"), ("b", "x")])
->>> host_units(g).tolist()  # x is attached to b, which sends it 5.0
-[0, 1, 1]
+>>> g = Graph([Node("a", p_acc=1), Node("b", p_acc=1), Node("a'", p_acc=2, backward=True, color="A"),
+...            Node("b'", p_acc=2, backward=True), Node("x", p_acc=1, backward=True)],
+...           [("a", "b"), ("b", "b'"), ("b'", "x"), ("x", "a'")])
+>>> u = unit_graph(g)   # a' has no forward partner in class A; b' and x are classless
+>>> u.size, u.standin.tolist(), u.arcs.tolist()
+(5, [False, False, True, True, True], [[0, 1], [2, 3], [3, 4]])
+
+Here ``a -> b`` is the forward edge; the backward edges ``b' -> x`` and ``x -> a'`` touch
+backward-only classes and give the mirrored arcs ``x -> b'`` and ``A -> x``: the stand-in units
+2, 3 and 4 are the classes of ``a'``, ``x`` and ``b'``, in that order.
+
+Reference: J. Tarnawski, A. Phanishayee, N. Devanur, D. Mahajan, F. Nina Paravecino,
+"Efficient Algorithms for Device Placement of DNN Graph Operators", NeurIPS 2020, and their
+program ``throughput-dp/dp.cpp`` (msr-fiddle/dnn-partitioning), whose model this is.
 """
 
 from __future__ import annotations
 
-import heapq
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 
+from .dag import strong_components, topological_order
 from .graph import Graph
 
 
-def host_units(graph: Graph) -> np.ndarray:
-    """For each node, the unit (an index of ``graph.units``) whose device it shares.
+def backward_only(graph: Graph) -> np.ndarray:
+    """Per node: its class holds no forward node (the class is represented by a stand-in)."""
+    cls = graph.units
+    has_fwd = np.zeros(int(cls.max()) + 1 if graph.n else 0, dtype=bool)
+    has_fwd[cls[~graph.backward]] = True
+    return ~has_fwd[cls]
 
-    A node of a class holding a forward node gets its own unit; a node of a backward-only class
-    the unit the rule of the module docstring names. A graph without forward nodes keeps
-    ``graph.units``.
+
+def order_vertices(graph: Graph) -> np.ndarray:
+    """Per node: a vertex of the forward graph with stand-ins (a forward node, or a node of a
+    backward-only class, which stands in for its class)."""
+    return ~graph.backward | backward_only(graph)
+
+
+def order_edges(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, t)``: the node pairs a chain split keeps in order, ``s``'s part never after ``t``'s.
+
+    The forward edges, and each backward edge ``u -> v`` that touches a backward-only class,
+    mirrored to ``v -> u``; an end in a class with forward nodes is replaced by each of those
+    forward nodes (a class is one vertex of the authors' contracted graph). Both ends are
+    `order_vertices`.
     """
-    units = graph.units
-    fwd = ~graph.backward
-    if not fwd.any():
-        return units.copy()
-    anchored = np.zeros(int(units.max()) + 1, dtype=bool)
-    anchored[units[fwd]] = True
-    host = np.where(anchored[units], units, -1)
-    groups: dict[int, list[int]] = {}
-    for b in np.flatnonzero(host < 0).tolist():
-        groups.setdefault(int(units[b]), []).append(b)
-    left = sorted(groups.values())
-    while left:
-        waiting = []
-        for group in left:
-            best = None  # ((weight, -neighbour index), neighbour)
-            for b in group:
-                for p in graph.pred[b]:
-                    if host[p] >= 0:
-                        cand = ((graph.comm[p], -p), p)
-                        best = cand if best is None else max(best, cand)
-                for q in graph.succ[b]:
-                    if host[q] >= 0:
-                        cand = ((graph.comm[b], -q), q)
-                        best = cand if best is None else max(best, cand)
-            if best is None:
-                waiting.append(group)
-            else:
-                host[group] = host[best[1]]
-        if len(waiting) == len(left):  # no anchored neighbour anywhere: join the first forward unit
-            order = graph.topological_order()
-            first = int(units[order[fwd[order]][0]])
-            for group in waiting:
-                host[group] = first
-            waiting = []
-        left = waiting
-    return host
+    bwd, orphan = graph.backward, backward_only(graph)
+    s, t = graph.src, graph.dst
+    ff = ~bwd[s] & ~bwd[t]
+    mirror = np.flatnonzero(bwd[s] & bwd[t] & (orphan[s] | orphan[t]))
+    if not len(mirror):
+        return s[ff].astype(np.int64), t[ff].astype(np.int64)
+    cls = graph.units
+    ends = np.r_[s[mirror], t[mirror]]
+    wanted = np.unique(cls[ends[~orphan[ends]]])
+    fwd_of: dict[int, list[int]] = {int(c): [] for c in wanted}
+    for v in np.flatnonzero(~bwd & np.isin(cls, wanted)).tolist():
+        fwd_of[int(cls[v])].append(v)
+    pairs = [(x, y) for u, v in zip(s[mirror].tolist(), t[mirror].tolist())
+             for x in ([v] if orphan[v] else fwd_of[int(cls[v])])
+             for y in ([u] if orphan[u] else fwd_of[int(cls[u])])]
+    extra = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    return np.r_[s[ff], extra[:, 0]].astype(np.int64), np.r_[t[ff], extra[:, 1]].astype(np.int64)
 
 
-def fuse_forward_cycles(graph: Graph, label: np.ndarray) -> np.ndarray:
-    """Merge the units (``label`` per node) of each strongly connected component of the forward
-    unit graph: a class whose forward nodes sit before and after another unit (``a1 -> b -> a2``
-    with ``a1, a2`` in one class) can share no pipeline order with it, so no chain split
-    separates them. Components are numbered in order of their smallest label."""
-    fwd = ~graph.backward
-    ok = fwd[graph.src] & fwd[graph.dst]
-    s, t = label[graph.src[ok]], label[graph.dst[ok]]
-    n_units = int(label.max()) + 1 if len(label) else 0
-    adj = csr_matrix((np.ones(len(s)), (s, t)), shape=(n_units, n_units))
-    _, comp = connected_components(adj, directed=True, connection="strong")
-    _, first = np.unique(comp, return_index=True)
-    comp = np.argsort(np.argsort(first))[comp]
-    return comp[label]
+def class_arcs(graph: Graph) -> np.ndarray:
+    """Arcs ``(A, 2)`` of the forward class graph over ``graph.units`` (module docstring): the
+    `order_edges` between different classes; unique, sorted."""
+    s, t = order_edges(graph)
+    arcs = np.stack([graph.units[s], graph.units[t]], axis=1)
+    arcs = arcs[arcs[:, 0] != arcs[:, 1]]
+    return np.unique(arcs, axis=0) if len(arcs) else np.zeros((0, 2), dtype=np.int64)
+
+
+def free_nodes(graph: Graph, memory: bool = True, cpu: bool = True) -> np.ndarray:
+    """Nodes that cost nothing wherever their neighbour is: no accelerator time, allowed on an
+    accelerator, no CPU time (unless ``cpu=False``: the cluster has no cores) and no memory
+    (unless ``memory=False``: no cap, or the caller certifies memory itself)."""
+    free = (graph.p_acc == 0) & graph.supported
+    if cpu:
+        free &= graph.p_cpu == 0
+    if memory:
+        free &= graph.memory == 0
+    return free
+
+
+def _fold_free(graph: Graph, label: np.ndarray, free_node: np.ndarray) -> np.ndarray:
+    """Fold units made only of free nodes into their only neighbouring unit (by any edge), to a
+    fixpoint; returns the new label of each node (the surviving unit's old label)."""
+    n_units = int(label.max()) + 1
+    free = np.ones(n_units, dtype=bool)
+    np.logical_and.at(free, label, free_node)
+    nbrs: list[set[int]] = [set() for _ in range(n_units)]
+    for a, b in zip(label[graph.src].tolist(), label[graph.dst].tolist()):
+        if a != b:
+            nbrs[a].add(b)
+            nbrs[b].add(a)
+    root = list(range(n_units))
+    queue = [u for u in range(n_units) if free[u] and len(nbrs[u]) == 1]
+    while queue:
+        u = queue.pop()
+        if root[u] != u or not free[u] or len(nbrs[u]) != 1:
+            continue
+        (w,) = nbrs[u]
+        root[u] = w  # w is a live unit: it keeps its own root
+        nbrs[w].discard(u)
+        nbrs[u] = set()
+        free[w] &= free[u]
+        free[u] = False
+        if free[w] and len(nbrs[w]) == 1:
+            queue.append(w)
+    for u in range(n_units):  # follow the folds to the surviving unit
+        r = u
+        while root[r] != r:
+            r = root[r]
+        root[u] = r
+    return np.asarray(root, dtype=np.int64)[label]
+
+
+def unit_graph(graph: Graph, fold: bool | str | np.ndarray = False, chain: bool = True) -> "UnitGraph":
+    """The units of ``graph`` (module docstring): classes, forward cycles fused (``chain``),
+    free leaves folded (``fold``: ``False``, ``"memoryless"``, ``True`` or a node mask), numbered
+    topologically.
+
+    Examples
+    --------
+    >>> from devplace_lite.graph import Graph, Node
+    >>> g = Graph([Node("a", p_acc=1, color="A"), Node("b", p_acc=1), Node("c", p_acc=1, color="A"),
+    ...            Node("z", p_cpu=0)], [("a", "b"), ("b", "c"), ("c", "z")])
+    >>> unit_graph(g).unit.tolist(), unit_graph(g, fold=True).unit.tolist()
+    ([0, 0, 0, 1], [0, 0, 0, 0])
+    """
+    label = graph.units.copy()
+    arcs = class_arcs(graph)
+    if chain and graph.n:
+        label = strong_components(int(label.max()) + 1, arcs)[label]
+    folded = np.zeros(graph.n, dtype=bool)
+    if fold is not False and graph.n:
+        if isinstance(fold, np.ndarray):
+            mask = fold
+        else:
+            mask = free_nodes(graph, memory=fold == "memoryless")
+        before = label
+        label = _fold_free(graph, label, mask)
+        moved = label != before
+        folded = moved if fold is True else folded
+    _, label = np.unique(label, return_inverse=True)
+    label = label.astype(np.int64).reshape(-1)
+    U = int(label.max()) + 1 if graph.n else 0
+    if not chain:
+        return UnitGraph(graph, label, np.zeros((0, 2), dtype=np.int64), folded, chain=False)
+    cls = graph.units
+    # arcs between units (a fold or a fusion makes some internal)
+    rep = np.zeros(int(cls.max()) + 1 if graph.n else 0, dtype=np.int64)
+    rep[cls] = label
+    a, b = rep[arcs[:, 0]], rep[arcs[:, 1]]
+    keep = a != b
+    unit_arcs = np.unique(np.stack([a[keep], b[keep]], axis=1), axis=0) if keep.any() else np.zeros((0, 2), dtype=np.int64)
+    # topological numbering: ties by each unit's first node in the graph's topological order
+    pos = np.empty(graph.n, dtype=np.int64)
+    pos[graph.topological_order()] = np.arange(graph.n)
+    key = np.full(U, graph.n, dtype=np.int64)
+    np.minimum.at(key, label, pos)
+    succ: list[list[int]] = [[] for _ in range(U)]
+    for x, y in unit_arcs.tolist():
+        succ[x].append(y)
+    order = topological_order(succ, key)
+    rank = np.empty(U, dtype=np.int64)
+    rank[order] = np.arange(U)
+    unit_arcs = rank[unit_arcs] if len(unit_arcs) else unit_arcs
+    if len(unit_arcs):
+        unit_arcs = unit_arcs[np.lexsort((unit_arcs[:, 1], unit_arcs[:, 0]))]
+    return UnitGraph(graph, rank[label], unit_arcs, folded, chain=True)
+
+
+@dataclass(frozen=True, eq=False)
+class UnitGraph:
+    """The units of a graph and what every method needs of them (module docstring).
+
+    ``unit[v]``: the unit of node ``v`` (every node, backward ones included); ``arcs`` (A, 2):
+    the arcs between units, ``a < b`` (units are numbered topologically), empty when
+    ``chain=False``; ``folded[v]``: node ``v`` joined its unit by a free-leaf fold.
+    """
+
+    graph: Graph
+    unit: np.ndarray
+    arcs: np.ndarray
+    folded: np.ndarray
+    chain: bool = True
+
+    # -- shape ---------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """The number of units ``U``."""
+        return int(self.unit.max()) + 1 if len(self.unit) else 0
+
+    @cached_property
+    def succ(self) -> tuple[tuple[int, ...], ...]:
+        out: list[list[int]] = [[] for _ in range(self.size)]
+        for a, b in self.arcs.tolist():
+            out[a].append(b)
+        return tuple(map(tuple, out))
+
+    @cached_property
+    def pred(self) -> tuple[tuple[int, ...], ...]:
+        out: list[list[int]] = [[] for _ in range(self.size)]
+        for a, b in self.arcs.tolist():
+            out[b].append(a)
+        return tuple(map(tuple, out))
+
+    @cached_property
+    def pred_mask(self) -> list[int]:
+        """Predecessor units of each unit as a bit set (a Python int)."""
+        return [sum(1 << p for p in ps) for ps in self.pred]
+
+    @cached_property
+    def members(self) -> list[np.ndarray]:
+        """Node indices of each unit, ascending."""
+        order = np.argsort(self.unit, kind="stable")
+        cuts = np.searchsorted(self.unit[order], np.arange(self.size + 1))
+        return [order[cuts[u]:cuts[u + 1]] for u in range(self.size)]
+
+    # -- per-unit sums -------------------------------------------------------------------
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Per-unit sums of a per-node array (``nan`` entries make the sum ``nan``)."""
+        return np.bincount(self.unit, weights=np.asarray(values, dtype=float), minlength=self.size)
+
+    def any(self, mask: np.ndarray) -> np.ndarray:
+        """Per unit: some node of it has ``mask`` set."""
+        out = np.zeros(self.size, dtype=bool)
+        np.logical_or.at(out, self.unit, np.asarray(mask, dtype=bool))
+        return out
+
+    @cached_property
+    def pa(self) -> np.ndarray:
+        """Accelerator time of each unit."""
+        return self.sums(self.graph.p_acc)
+
+    @cached_property
+    def pc(self) -> np.ndarray:
+        """CPU time of each unit, counting 0 for nodes without one (see `bad_cpu`)."""
+        return self.sums(np.nan_to_num(self.graph.p_cpu))
+
+    @cached_property
+    def mem(self) -> np.ndarray:
+        return self.sums(self.graph.memory)
+
+    @cached_property
+    def mem_core(self) -> np.ndarray:
+        """Memory without the folded nodes (what a fold certificate checks against)."""
+        return self.sums(np.where(self.folded, 0.0, self.graph.memory))
+
+    @cached_property
+    def bad_acc(self) -> np.ndarray:
+        """Holds a node no accelerator may run."""
+        return self.any(~self.graph.supported)
+
+    @cached_property
+    def bad_cpu(self) -> np.ndarray:
+        """Holds a node without a CPU time."""
+        return self.any(np.isnan(self.graph.p_cpu))
+
+    @cached_property
+    def standin(self) -> np.ndarray:
+        """Holds no forward node: its place in the order is a stand-in's."""
+        return ~self.any(~self.graph.backward)
+
+    # -- the producer hypergraph ---------------------------------------------------------
+    @cached_property
+    def hyperedges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ptr, units, cost)``: hyperedge ``h`` is the sorted unit set
+        ``units[ptr[h]:ptr[h+1]]`` (at least two units) with cost ``cost[h]``, the summed
+        ``comm`` of the producers whose output reaches exactly those units."""
+        g, unit = self.graph, self.unit
+        merged: dict[tuple[int, ...], float] = {}
+        for p, out in enumerate(g.succ):
+            if not out or g.comm[p] <= 0:
+                continue
+            members = tuple(sorted({int(unit[p])}.union(unit[out].tolist())))
+            if len(members) > 1:
+                merged[members] = merged.get(members, 0.0) + float(g.comm[p])
+        keys = sorted(merged)
+        ptr = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in keys], out=ptr[1:])
+        units = np.array([x for e in keys for x in e], dtype=np.int64)
+        return ptr, units, np.array([merged[e] for e in keys], dtype=float)
+
+    @cached_property
+    def incidence(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ptr, edge, above)``: the hyperedges through unit ``x`` are ``edge[ptr[x]:ptr[x+1]]``
+        (ascending), and ``above[i]`` counts the units of ``edge[i]`` numbered above ``x``."""
+        hp, hu, _ = self.hyperedges
+        h_of = np.repeat(np.arange(len(hp) - 1), np.diff(hp))
+        above = hp[h_of + 1] - 1 - np.arange(len(hu))  # unit sets are sorted ascending
+        order = np.lexsort((h_of, hu))
+        ptr = np.zeros(self.size + 1, dtype=np.int64)
+        np.cumsum(np.bincount(hu, minlength=self.size), out=ptr[1:])
+        return ptr, h_of[order].astype(np.int64), above[order].astype(np.int64)
+
+    def acc_load(self, inside: np.ndarray) -> float:
+        """Load of an accelerator holding the units of the boolean mask ``inside``."""
+        hp, hu, cost = self.hyperedges
+        count = np.add.reduceat(inside[hu].astype(np.int64), hp[:-1]) if len(cost) else np.zeros(0)
+        crossing = (count > 0) & (count < np.diff(hp))
+        return float(self.pa[inside].sum() + cost[crossing].sum())
 
 
 def pipeline_units(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """The units a chain split moves, in an order every forward edge follows.
-
-    Returns ``(order, follow)``: ``follow[v]`` is the unit node ``v`` goes with (`host_units`,
-    then `fuse_forward_cycles`), and ``order`` lists the units holding a forward node in a
-    topological order of the forward arcs between units, ties broken by each unit's first
-    forward node in the graph's topological order. Cutting ``order`` into consecutive blocks
-    therefore always gives a chain split.
-
-    Complexity: ``O((n + m) log n)``.
-    """
-    follow = fuse_forward_cycles(graph, host_units(graph))
-    fwd = ~graph.backward
-    if not fwd.any():
-        return np.zeros(0, dtype=np.int64), follow
-    U = int(follow.max()) + 1
-    pos = np.empty(graph.n, dtype=np.int64)
-    pos[graph.topological_order()] = np.arange(graph.n)
-    first = np.full(U, graph.n, dtype=np.int64)
-    np.minimum.at(first, follow[fwd], pos[fwd])
-    ok = fwd[graph.src] & fwd[graph.dst]
-    s, t = follow[graph.src[ok]], follow[graph.dst[ok]]
-    arcs = np.unique(np.stack([s, t], axis=1)[s != t], axis=0) if len(s) else np.zeros((0, 2), dtype=np.int64)
-    succ: list[list[int]] = [[] for _ in range(U)]
-    indeg = np.zeros(U, dtype=np.int64)
-    for a, b in arcs.tolist():
-        succ[a].append(b)
-        indeg[b] += 1
-    heap = [(int(first[x]), x) for x in range(U) if first[x] < graph.n and indeg[x] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        _, x = heapq.heappop(heap)
-        order.append(x)
-        for y in succ[x]:
-            indeg[y] -= 1
-            if indeg[y] == 0:
-                heapq.heappush(heap, (int(first[y]), y))
-    return np.array(order, dtype=np.int64), follow
+    """``(order, follow)``: the units of `unit_graph` in their topological numbering and the
+    unit of each node; cutting ``order`` into consecutive blocks gives a chain split."""
+    units = unit_graph(graph)
+    return np.arange(units.size, dtype=np.int64), units.unit

@@ -3,6 +3,7 @@ small seeded graphs."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest

@@ -22,6 +22,7 @@ from devplace_lite.heuristics.incremental import LoadState
 from devplace_lite.heuristics.intervals import BothWays
 from devplace_lite.io import load_graph, save_graph
 from devplace_lite.methods import PARTITION, resolve
+from devplace_lite.errors import UsageError
 
 from conftest import reference_files
 
@@ -196,7 +197,7 @@ def test_interval_loads_match_the_evaluator(family, n, seed, training, shuffle):
 
 def test_bad_input_is_one_clear_error():
     g, c = generate("layered", 10, seed=0), Cluster(accelerators=2)
-    with pytest.raises(GraphError, match="split kind"):
+    with pytest.raises(UsageError, match="split kind"):
         local_search(g, c, np.zeros(g.n, dtype=int), kind="ring")
     with pytest.raises(GraphError, match="shape"):
         local_search(g, c, np.zeros(3, dtype=int))

@@ -11,9 +11,10 @@ import pytest
 from devplace_lite.cli import main
 from devplace_lite.cost import evaluate
 from devplace_lite.devices import Cluster
+from devplace_lite.errors import UsageError
 from devplace_lite.exhaustive import exhaustive
 from devplace_lite.generators import generate, with_backward
-from devplace_lite.graph import Graph, GraphError, Node
+from devplace_lite.graph import Graph, Node
 from devplace_lite.io import save_graph
 from devplace_lite.mip.throughput import UnitData, _DeviceModel, _StageModel, throughput_ip
 
@@ -172,9 +173,9 @@ def test_infeasible_and_bad_input():
     assert g.memory.sum() > 2 * tight.memory
     for kind in ("chain", "noncontiguous"):
         assert throughput_ip(g, tight, kind).status == "infeasible"
-    with pytest.raises(GraphError):
+    with pytest.raises(UsageError):
         throughput_ip(g, Cluster(2), "convex")
-    with pytest.raises(GraphError):
+    with pytest.raises(UsageError):
         throughput_ip(g, Cluster(2), "chain", solver="gurobi")
 
 

@@ -14,6 +14,7 @@ from devplace_lite.generators import FAMILIES, generate
 from devplace_lite.graph import GraphError
 from devplace_lite.heuristics import etf, kl
 from devplace_lite.rebalance import measure_with, perturbed, rebalance
+from devplace_lite.errors import UsageError
 
 
 def _check_run(g, c, out):
@@ -77,9 +78,9 @@ def test_perturbation():
     assert np.array_equal(perturbed(g, 0.0).p_acc, g.p_acc)
     t = perturbed(g, 0.3, seed=2, window=10)
     assert np.array_equal(t.comm, g.comm) and not np.array_equal(t.p_acc, g.p_acc)
-    with pytest.raises(GraphError, match="sigma"):
+    with pytest.raises(UsageError, match="sigma"):
         perturbed(g, -1.0)
-    with pytest.raises(GraphError, match="window"):
+    with pytest.raises(UsageError, match="window"):
         perturbed(g, 0.1, window=0)
 
 

@@ -15,6 +15,7 @@ from devplace_lite.rl.policy import GraphTensors, Placer  # noqa: E402
 from devplace_lite.rl.train import (TrainConfig, family_graphs, held_out, load, place,  # noqa: E402
                                     ratio_summary, train)
 from devplace_lite.sim import Simulator  # noqa: E402
+from devplace_lite.errors import ClusterError
 
 TINY = dict(family="layered", sizes=(6, 10), graphs=8, accelerators=3, batch=8, hidden=16, progress=False)
 
@@ -80,7 +81,7 @@ def test_place_reports_what_it_simulated(trained):
     assert p.runtime == pytest.approx(Simulator(g, c).runtime(p.assignment))
     assert p.runtime <= p.initial
     assert p.episodes == 4 and 1 <= p.sim_calls <= 4 * (g.n + 1)
-    with pytest.raises(GraphError, match="places on 3 devices"):
+    with pytest.raises(ClusterError, match="places on 3 devices"):
         place(trained, g, Cluster(accelerators=2))
 
 

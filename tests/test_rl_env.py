@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate, layered
-from devplace_lite.graph import Graph, GraphError, Node
+from devplace_lite.graph import Graph, Node
 from devplace_lite.rl.compare import exhaustive_search, random_search, registry_baselines
 from devplace_lite.rl.env import BASE_FEATURES, PlacementEnv
 from devplace_lite.sim import SimParams, Simulator
+from devplace_lite.errors import UsageError
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
@@ -39,7 +40,7 @@ def test_episode_length_and_telescoping(family, n, seed, reward, start, samples)
     assert env.best <= min(rho0, env.runtime) + 1e-12
     sim_value = env.sim.run(env.assignment, samples=samples)
     assert env.runtime == pytest.approx(sim_value.makespan if samples == 1 else sim_value.per_sample)
-    with pytest.raises(GraphError, match="episode is over"):
+    with pytest.raises(UsageError, match="episode is over"):
         env.step(0)
 
 
@@ -85,7 +86,7 @@ def test_forbidden_devices():
     env.reset()
     assert env.assignment.tolist() == [0, 1]  # single start: each unit's first allowed device
     env.step(1)
-    with pytest.raises(GraphError, match="not allowed for node b"):
+    with pytest.raises(UsageError, match="not allowed for node b"):
         env.step(0)
 
 

@@ -15,6 +15,7 @@ from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, GraphError, Node
 from devplace_lite.sim import SimParams, Simulator, simulate
+from devplace_lite.errors import UsageError
 
 TWO = Cluster(accelerators=2)
 
@@ -167,10 +168,10 @@ def test_bad_inputs_are_one_line_errors():
     c = Cluster(accelerators=1, cpus=1)
     with pytest.raises(GraphError, match="node a cannot run on acc0"):
         simulate(g, c, [0, 0])
-    with pytest.raises(GraphError, match="speed"):
+    with pytest.raises(UsageError, match="speed"):
         Simulator(g, c, SimParams(speed=(1.0, 2.0, 3.0)))
-    with pytest.raises(GraphError, match="bandwidth"):
+    with pytest.raises(UsageError, match="bandwidth"):
         Simulator(g, c, SimParams(bandwidth=0.0))
-    with pytest.raises(GraphError, match="samples"):
+    with pytest.raises(UsageError, match="samples"):
         simulate(g, c, [1, 0], samples=0)
     assert math.isfinite(simulate(g, c, [1, 0]).makespan)

@@ -64,8 +64,9 @@ def measure(path: Path, zoo: bool) -> dict:
     from devplace_lite.devices import Cluster
     from devplace_lite.dp import dp, linear, nested_pairs, pipedream
     from devplace_lite.generators import generate
-    from devplace_lite.ideals import enumerate_ideals, unit_poset, width
+    from devplace_lite.ideals import enumerate_ideals, width
     from devplace_lite.io import load_graph
+    from devplace_lite.units import unit_graph
 
     dp(generate("layered", 8, seed=0), Cluster(2, 1))  # load the compiled kernel
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GB (ru_maxrss is KiB)
@@ -79,7 +80,7 @@ def measure(path: Path, zoo: bool) -> dict:
     lin = linear(g, c)
     lin_s = time.perf_counter() - t0
     pd = pipedream(g, c)
-    poset = unit_poset(g)
+    poset = unit_graph(g, fold=True)
     ideals = enumerate_ideals(poset)
     return {
         "nodes": g.n, "training": g.is_training, "k": c.k, "l": c.l,

@@ -27,7 +27,7 @@ import time
 
 from ..devices import Cluster
 from ..graph import Graph
-from .best import best_bound
+from .best import _quick_upper, best_bound
 from .bound import Bound
 from .combinatorial import classic_bound, combinatorial_bound, neighbourhood
 from .single_stage import pinned_bound, reach_bound
@@ -105,8 +105,6 @@ def reach(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) ->
     """Registry entry ``reach``: the reach bound, probing between the combinatorial bound and a
     short order search's split (a tenth of the budget), within ``time_limit`` seconds
     (default 60)."""
-    from .best import _quick_upper
-
     t0 = time.perf_counter()
     comb = combinatorial_bound(graph, cluster)
     if comb.status == "infeasible":

@@ -3,10 +3,8 @@
 The order is cheapest first, and each step starts from what the previous ones proved:
 
 1. the combinatorial bound (closed form, any split);
-2. the exact ideal DP (`devplace_lite.dp`) when the graph has at most `DP_IDEALS` ideals and no
-   backward node without a forward partner (the DP attaches those to a neighbour, which can
-   cost optimality, so its answer would not be a proven bound there): its optimum is the chain
-   optimum, the best bound there is;
+2. the exact ideal DP (`devplace_lite.dp`) when the graph has at most `DP_IDEALS` ideals: its
+   optimum is the chain optimum, the best bound there is;
 3. a quick upper bound, a short order search (`devplace_lite.brkga`, a tenth of the budget):
    it tells when the bound is already tight and where to aim the reach bound's probes;
 4. the pinned-stage bound on the units with the largest neighbourhood bounds;
@@ -22,7 +20,7 @@ Example
 -------
 >>> from devplace_lite.generators import skip_chain
 >>> from devplace_lite.devices import Cluster
->>> b = best_bound(skip_chain(30, seed=0), Cluster(accelerators=4), time_limit=5)
+>>> b = best_bound(skip_chain(30, seed=0), Cluster(accelerators=4), time_limit=60)
 >>> b.status, b.extra["tight"]
 ('optimal', True)
 """
@@ -34,8 +32,10 @@ import time
 
 import numpy as np
 
+from ..brkga import brkga
 from ..devices import Cluster
-from ..graph import Graph, GraphError
+from ..errors import UsageError
+from ..graph import Graph
 from .bound import Bound
 from .combinatorial import combinatorial_bound, neighbourhood
 from .single_stage import pinned_bound, reach_bound
@@ -52,8 +52,6 @@ DP_IDEALS = 50_000
 
 def _quick_upper(graph: Graph, cluster: Cluster, time_limit: float) -> float:
     """The max-load of a short order search (`devplace_lite.brkga`), ``inf`` if none fits."""
-    from ..brkga import brkga  # brkga builds on bounds.units: import late
-
     r = brkga(graph, cluster, time_limit=time_limit, patience=20)
     return math.inf if r.objective is None else r.objective
 
@@ -85,7 +83,7 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
     t0 = time.perf_counter()
     budget = 10.0 if time_limit is None else float(time_limit)
     if kind not in ("chain", "any"):
-        raise GraphError(f"unknown split kind {kind!r} for a bound (expected chain or any)")
+        raise UsageError(f"unknown split kind {kind!r} for a bound (expected chain or any)")
     comb = combinatorial_bound(graph, cluster)
     parts = {"combinatorial": {"bound": comb.bound, "seconds": round(comb.seconds, 4), "status": comb.status}}
     if comb.status == "infeasible" or kind == "any":
@@ -106,7 +104,7 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
         parts[b.method] = {"bound": b.bound, "seconds": round(b.seconds, 4), "status": b.status}
         lo = max(lo, b.bound)
 
-    if use_dp and not closed() and not np.any(~model.forward):
+    if use_dp and not closed():
         exact = _exact_dp(graph, cluster, 0.4 * left())
         if exact is not None:
             parts["dp"] = {"bound": exact.objective if exact.objective is not None else math.inf,

@@ -43,7 +43,8 @@ import time
 import numpy as np
 
 from ..devices import Cluster
-from ..graph import Graph, GraphError
+from ..errors import UsageError
+from ..graph import Graph
 from .bound import Bound
 from .units import UnitModel
 
@@ -52,7 +53,7 @@ def classic_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = 
     """``max(sum p_acc / k, max p_acc)``: the textbook bound; clusters without CPU cores only."""
     t0 = time.perf_counter()
     if cluster.l:
-        raise GraphError("the classic bound sum(p_acc)/k is not valid when CPU cores can take work; "
+        raise UsageError("the classic bound sum(p_acc)/k is not valid when CPU cores can take work; "
                          "use the combinatorial bound")
     if not graph.supported.all():
         return Bound(math.inf, "classic", time.perf_counter() - t0, "infeasible")

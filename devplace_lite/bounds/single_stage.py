@@ -50,9 +50,10 @@ import time
 
 import numpy as np
 
+from ..dag import transitive_closure
 from .bound import Bound
-from .milp import Milp, run
-from .stages import SAFETY, _cross_rows, _safe
+from ..mip.solve import LinearModel, run_highs
+from .stages import SAFETY, _cross_rows, _lower, _safe
 from .units import UnitModel
 
 
@@ -62,26 +63,11 @@ REL_GAP = 1e-3
 
 def ancestor_work(model: UnitModel) -> np.ndarray:
     """``p_acc`` of each unit plus all its ancestors (the least ideal holding it)."""
-    U = model.U
-    pred: list[list[int]] = [[] for _ in range(U)]
-    indeg = np.zeros(U, dtype=np.int64)
-    for a, b in model.prec.tolist():
-        pred[b].append(a)
-        indeg[b] += 1
-    succ: list[list[int]] = [[] for _ in range(U)]
+    succ: list[list[int]] = [[] for _ in range(model.U)]
     for a, b in model.prec.tolist():
         succ[a].append(b)
-    closure = np.zeros((U, U), dtype=bool)
-    ready = list(np.flatnonzero(indeg == 0))
-    while ready:
-        u = ready.pop()
-        closure[u, u] = True
-        for p in pred[u]:
-            closure[u] |= closure[p]
-        for w in succ[u]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                ready.append(w)
+    closure = transitive_closure(succ, model.topological_order()).T
+    closure[np.diag_indices(model.U)] = True
     return closure.astype(float) @ model.pa
 
 
@@ -96,36 +82,37 @@ class StageSet:
     def __init__(self, model: UnitModel, kind: str = "acc", objective: str = "reach") -> None:
         self.model, self.kind, self.objective = model, kind, objective
         U = model.U
-        P = Milp()
+        P = LinearModel()
         ok = model.acc_ok if kind == "acc" else model.cpu_ok
         weight = model.pa.astype(float) if kind == "acc" else np.nan_to_num(model.pc)
         reach = objective == "reach"
         # reach: minimise -p(D); load: minimise weight(D) - weight(A) + comm
-        self.A = P.var(U, integer=True, cost=0.0 if reach else -weight)
-        self.D = P.var(U, integer=True, cost=-model.pa if reach else weight)
-        P.rows(np.stack([self.A, self.D], axis=1), [1.0, -1.0], hi=0.0)
+        self.A = P.add_vars(U, integer=True, cost=0.0 if reach else -weight, ub=1.0)
+        self.D = P.add_vars(U, integer=True, cost=-model.pa if reach else weight, ub=1.0)
+        P.add_rows(np.stack([self.A, self.D], axis=1), [1.0, -1.0], hi=0.0)
         if len(model.prec):
             s, t = model.prec[:, 0], model.prec[:, 1]
-            P.rows(np.stack([self.A[t], self.A[s]], axis=1), [1.0, -1.0], hi=0.0)
-            P.rows(np.stack([self.D[t], self.D[s]], axis=1), [1.0, -1.0], hi=0.0)
+            P.add_rows(np.stack([self.A[t], self.A[s]], axis=1), [1.0, -1.0], hi=0.0)
+            P.add_rows(np.stack([self.D[t], self.D[s]], axis=1), [1.0, -1.0], hi=0.0)
         bad = np.flatnonzero(~ok)  # never in S
         if len(bad):
-            P.rows(np.stack([self.D[bad], self.A[bad]], axis=1), [1.0, -1.0], lo=0.0, hi=0.0)
+            P.add_rows(np.stack([self.D[bad], self.A[bad]], axis=1), [1.0, -1.0], lo=0.0, hi=0.0)
         cols, vals = [self.D, self.A], [weight, -weight]
         if kind == "acc" and model.H:
-            y = P.var(model.H, cost=0.0 if reach else model.h_cost)
+            y = P.add_vars(model.H, cost=0.0 if reach else model.h_cost, ub=1.0)
             _cross_rows(P, model, y, lambda X: [(self.D[X], 1.0), (self.A[X], -1.0)])
             cols.append(y)
             vals.append(model.h_cost)
-        self.load_row = P.m
-        P.row(np.concatenate(cols), np.concatenate(vals), hi=math.inf)
+        self.load_row = P.n_rows
+        P.add_rows(np.concatenate(cols), np.concatenate(vals), hi=math.inf)
         self.mem_row = None
         if kind == "acc" and math.isfinite(model.cluster.memory):
-            self.mem_row = P.m
-            P.row(np.concatenate([self.D, self.A]), np.concatenate([model.mem, -model.mem]), hi=model.cluster.memory)
-        self.work_row = P.m
-        P.row(self.A, model.pa, hi=math.inf)
-        self.h = P.highs(rel_gap=REL_GAP if reach else 1e-6)
+            self.mem_row = P.n_rows
+            P.add_rows(np.concatenate([self.D, self.A]), np.concatenate([model.mem, -model.mem]), hi=model.cluster.memory)
+        self.work_row = P.n_rows
+        P.add_rows(self.A, model.pa, hi=math.inf)
+        self.gap = REL_GAP if reach else 1e-6
+        self.h = P.highs(gap=self.gap)
         self.h.setOptionValue("mip_heuristic_effort", 0.0)  # only the dual bound is wanted
         self._cols = np.concatenate([self.A, self.D]).astype(np.int32)
         self._anc = ancestor_work(model) if reach else None
@@ -143,22 +130,28 @@ class StageSet:
         self.h.changeRowBounds(self.load_row, -math.inf, T)
         self.h.changeRowBounds(self.work_row, -math.inf, w)
         self._window(w, T)
-        ans = run(self.h, time_limit)
+        ans = self._run(time_limit)
         if ans.status == "infeasible":  # cannot happen (S empty is feasible); be safe anyway
             return w, "optimal"
-        value = -ans.dual_bound
+        value = -_lower(ans)
         return value + SAFETY * abs(value) + 1e-12, ans.status
+
+    def _run(self, time_limit: float | None):
+        ans = run_highs(self.h, time_limit, self.gap)
+        if ans.status == "gap":  # solved to the gap asked for
+            ans.status = "optimal"
+        return ans
 
     def pinned(self, v: int, time_limit: float | None = None) -> tuple[float, str]:
         """A lower bound on ``min load(S)`` over stage-shaped ``S`` holding unit ``v``."""
         self.h.changeColBounds(int(self.D[v]), 1.0, 1.0)
         self.h.changeColBounds(int(self.A[v]), 0.0, 0.0)
-        ans = run(self.h, time_limit)
+        ans = self._run(time_limit)
         self.h.changeColBounds(int(self.D[v]), 0.0, 1.0)
         self.h.changeColBounds(int(self.A[v]), 0.0, 1.0)
         if ans.status == "infeasible":
             return math.inf, "optimal"
-        return _safe(ans.dual_bound), ans.status
+        return _safe(_lower(ans)), ans.status
 
 
 def pinned_bound(model: UnitModel, candidates, *, time_limit: float | None = None,

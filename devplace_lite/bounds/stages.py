@@ -59,10 +59,11 @@ import numpy as np
 
 from ..cost import evaluate
 from ..devices import Cluster
-from ..graph import Graph, GraphError
+from ..errors import UsageError
+from ..graph import Graph
 from ..result import Result
 from .bound import Bound
-from .milp import Milp
+from ..mip.solve import LinearModel, Solution, solve
 from .units import UnitModel
 
 #: HiGHS proves bounds up to its feasibility tolerances; report a hair below (relative).
@@ -73,7 +74,20 @@ def _safe(value: float) -> float:
     return value - SAFETY * abs(value) if math.isfinite(value) else value
 
 
-def _cross_rows(P: Milp, model: UnitModel, yvar: np.ndarray, terms) -> None:
+def _lower(sol: Solution) -> float:
+    """The solver's proven lower bound (``-inf`` when it proved none)."""
+    return -math.inf if sol.bound is None else sol.bound
+
+
+def _solve(P: LinearModel, time_limit: float | None) -> Solution:
+    """HiGHS to a relative gap of 1e-6, which counts as solved."""
+    sol = solve(P, "highs", time_limit=time_limit, gap=1e-6)
+    if sol.status == "gap":
+        sol.status = "optimal"
+    return sol
+
+
+def _cross_rows(P: LinearModel, model: UnitModel, yvar: np.ndarray, terms) -> None:
     """Rows ``y[h] >= +-(G[X] - G[root])`` for every hyperedge ``h`` and other unit ``X``, where
     the group indicator ``G[U] = const + sum coef * var`` is given by ``terms(U-array)``:
     a list of (variable index array, coefficient) pairs (constants cancel in the difference)."""
@@ -84,9 +98,9 @@ def _cross_rows(P: Milp, model: UnitModel, yvar: np.ndarray, terms) -> None:
     tx, tr = terms(X), terms(R)
     cols = np.stack([yvar[h_of]] + [v for v, _ in tx] + [v for v, _ in tr], axis=1)
     coefs = np.array([1.0] + [-c for _, c in tx] + [c for _, c in tr])
-    P.rows(cols, coefs, lo=0.0)        # y >= G[X] - G[r]
+    P.add_rows(cols, coefs, lo=0.0)        # y >= G[X] - G[r]
     coefs2 = np.array([1.0] + [c for _, c in tx] + [-c for _, c in tr])
-    P.rows(cols, coefs2, lo=0.0)       # y >= G[r] - G[X]
+    P.add_rows(cols, coefs2, lo=0.0)       # y >= G[r] - G[X]
 
 
 def stage_mip(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, lower: float = 0.0,
@@ -102,10 +116,10 @@ def stage_mip(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
     model = UnitModel(graph, cluster, chain=True)
     k, l_, U = cluster.k, cluster.l, model.U
     K = k + l_
-    P = Milp()
-    T = P.var(1, lb=lower, ub=math.inf, cost=1.0)[0]
-    z = P.var((U, max(K - 1, 0)), integer=True)
-    x = P.var((U, K))
+    P = LinearModel()
+    T = P.add_vars(1, lb=lower, ub=math.inf, cost=1.0)[0]
+    z = P.add_vars((U, max(K - 1, 0)), integer=True, ub=1.0)
+    x = P.add_vars((U, K), ub=1.0)
     # x[U, s] = z[U, s] - z[U, s-1], with z[U, -1] = 0 and z[U, K-1] = 1
     for s in range(K):
         cols, vals, rhs = [x[:, s]], [1.0], 0.0
@@ -117,45 +131,45 @@ def stage_mip(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
         if s > 0:
             cols.append(z[:, s - 1])
             vals.append(1.0)
-        P.rows(np.stack(cols, axis=1), vals, lo=rhs, hi=rhs)
+        P.add_rows(np.stack(cols, axis=1), vals, lo=rhs, hi=rhs)
     if K > 1 and len(model.prec):
         A, B = model.prec[:, 0], model.prec[:, 1]
         for s in range(K - 1):
-            P.rows(np.stack([z[B, s], z[A, s]], axis=1), [1.0, -1.0], hi=0.0)
+            P.add_rows(np.stack([z[B, s], z[A, s]], axis=1), [1.0, -1.0], hi=0.0)
     if l_:
-        t = P.var(K, integer=True)
-        P.row(t, 1.0, lo=l_, hi=l_)
-        xa, xc = P.var((U, K)), P.var((U, K))
-        P.rows(np.stack([x.ravel(), xa.ravel(), xc.ravel()], axis=1), [1.0, -1.0, -1.0], lo=0.0, hi=0.0)
+        t = P.add_vars(K, integer=True, ub=1.0)
+        P.add_rows(t, 1.0, lo=l_, hi=l_)
+        xa, xc = P.add_vars((U, K), ub=1.0), P.add_vars((U, K), ub=1.0)
+        P.add_rows(np.stack([x.ravel(), xa.ravel(), xc.ravel()], axis=1), [1.0, -1.0, -1.0], lo=0.0, hi=0.0)
         tt = np.broadcast_to(t[None, :], (U, K)).ravel()
-        P.rows(np.stack([xa.ravel(), tt], axis=1), [1.0, 1.0], hi=1.0)
-        P.rows(np.stack([xc.ravel(), tt], axis=1), [1.0, -1.0], hi=0.0)
+        P.add_rows(np.stack([xa.ravel(), tt], axis=1), [1.0, 1.0], hi=1.0)
+        P.add_rows(np.stack([xc.ravel(), tt], axis=1), [1.0, -1.0], hi=0.0)
         P.fix(xc[~model.cpu_ok].ravel(), 0.0)
     else:
         xa = x
     P.fix(xa[~model.acc_ok].ravel(), 0.0)
-    y = P.var((model.H, K))
+    y = P.add_vars((model.H, K), ub=1.0)
     for s in range(K):
         _cross_rows_typed(P, model, y[:, s], x[:, s], t[s] if l_ else None)
         cols = np.concatenate([xa[:, s], y[:, s], [T]])
         vals = np.concatenate([model.pa, model.h_cost, [-1.0]])
-        P.row(cols, vals, hi=0.0)
+        P.add_rows(cols, vals, hi=0.0)
         if l_:
-            P.row(np.concatenate([xc[:, s], [T]]), np.concatenate([np.nan_to_num(model.pc), [-1.0]]), hi=0.0)
+            P.add_rows(np.concatenate([xc[:, s], [T]]), np.concatenate([np.nan_to_num(model.pc), [-1.0]]), hi=0.0)
         if math.isfinite(cluster.memory):
-            P.row(xa[:, s], model.mem, hi=cluster.memory)
+            P.add_rows(xa[:, s], model.mem, hi=cluster.memory)
     # the limit covers building the model too
-    ans = P.solve(None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 0.01))
+    ans = _solve(P, None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 0.01))
     seconds = time.perf_counter() - t0
     extra = {"nodes": ans.nodes, "stages": K, "units": U, "binaries": U * max(K - 1, 0) + (K if l_ else 0)}
     if ans.status == "infeasible":
         return Result("stage-mip", graph, cluster, None, None, "infeasible", seconds, bound=math.inf, extra=extra)
     assignment = objective = None
-    if ans.x is not None:
-        X = ans.x[x]
+    if ans.values is not None:
+        X = ans.values[x]
         stage = np.argmax(X, axis=1)
         if l_:
-            is_cpu = ans.x[t] > 0.5
+            is_cpu = ans.values[t] > 0.5
         else:
             is_cpu = np.zeros(K, dtype=bool)
         dev = np.empty(K, dtype=np.int64)
@@ -163,14 +177,14 @@ def stage_mip(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
         dev[is_cpu] = k + np.arange(int(is_cpu.sum()))
         assignment = dev[stage][model.unit]
         objective = evaluate(graph, cluster, assignment).max_load
-    bound = max(_safe(ans.dual_bound), lower)
+    bound = max(_safe(_lower(ans)), lower)
     if objective is not None:
         bound = min(bound, objective)
     status = ans.status if assignment is not None else "time_limit"
     return Result("stage-mip", graph, cluster, assignment, objective, status, seconds, bound=bound, extra=extra)
 
 
-def _cross_rows_typed(P: Milp, model: UnitModel, ycol: np.ndarray, xcol: np.ndarray, t_s) -> None:
+def _cross_rows_typed(P: LinearModel, model: UnitModel, ycol: np.ndarray, xcol: np.ndarray, t_s) -> None:
     """``y[h] >= +-(x[X] - x[root]) - t_s`` for one stage (``t_s`` None: accelerators only)."""
     if model.H == 0:
         return
@@ -180,8 +194,8 @@ def _cross_rows_typed(P: Milp, model: UnitModel, ycol: np.ndarray, xcol: np.ndar
         cols.append(np.full(len(h_of), t_s))
     cols = np.stack(cols, axis=1)
     tail = [1.0] if t_s is not None else []
-    P.rows(cols, [1.0, -1.0, 1.0] + tail, lo=0.0)
-    P.rows(cols, [1.0, 1.0, -1.0] + tail, lo=0.0)
+    P.add_rows(cols, [1.0, -1.0, 1.0] + tail, lo=0.0)
+    P.add_rows(cols, [1.0, 1.0, -1.0] + tail, lo=0.0)
 
 
 def window_relaxation(graph: Graph, cluster: Cluster, b: int, width: int = 1, *,
@@ -195,21 +209,21 @@ def window_relaxation(graph: Graph, cluster: Cluster, b: int, width: int = 1, *,
     t0 = time.perf_counter()
     k, l_ = cluster.k, cluster.l
     if k == 0:
-        raise GraphError("the window relaxation needs at least one accelerator")
+        raise UsageError("the window relaxation needs at least one accelerator")
     m = min(width, k)
     if not 1 <= b <= k - m + 1:
-        raise GraphError(f"stage b={b} out of range 1..{k - m + 1} for k={k}, width={m}")
+        raise UsageError(f"stage b={b} out of range 1..{k - m + 1} for k={k}, width={m}")
     model = model or UnitModel(graph, cluster, chain=True)
     U = model.U
     n_before, n_after = b - 1, k - b - m + 1
-    P = Milp()
-    T = P.var(1, lb=lower, ub=math.inf, cost=1.0)[0]
-    I = P.var((U, m + 1), integer=True)
+    P = LinearModel()
+    T = P.add_vars(1, lb=lower, ub=math.inf, cost=1.0)[0]
+    I = P.add_vars((U, m + 1), integer=True, ub=1.0)
     for j in range(m):
-        P.rows(np.stack([I[:, j], I[:, j + 1]], axis=1), [1.0, -1.0], hi=0.0)
+        P.add_rows(np.stack([I[:, j], I[:, j + 1]], axis=1), [1.0, -1.0], hi=0.0)
     if l_:
-        y = P.var(U, integer=True)
-        P.rows(np.stack([I[:, m], y], axis=1), [1.0, 1.0], hi=1.0)
+        y = P.add_vars(U, integer=True, ub=1.0)
+        P.add_rows(np.stack([I[:, m], y], axis=1), [1.0, 1.0], hi=1.0)
         P.fix(y[~model.cpu_ok], 0.0)
         P.fix(y[~model.acc_ok], 1.0)
     else:
@@ -219,62 +233,62 @@ def window_relaxation(graph: Graph, cluster: Cluster, b: int, width: int = 1, *,
         A, B = model.prec[:, 0], model.prec[:, 1]
         for j in range(m + 1):
             if l_:
-                P.rows(np.stack([I[B, j], I[A, j], y[A]], axis=1), [1.0, -1.0, -1.0], hi=0.0)
+                P.add_rows(np.stack([I[B, j], I[A, j], y[A]], axis=1), [1.0, -1.0, -1.0], hi=0.0)
             else:
-                P.rows(np.stack([I[B, j], I[A, j]], axis=1), [1.0, -1.0], hi=0.0)
+                P.add_rows(np.stack([I[B, j], I[A, j]], axis=1), [1.0, -1.0], hi=0.0)
     if n_before == 0:
         P.fix(I[:, 0], 0.0)
     if n_after == 0:
         if l_:
-            P.rows(np.stack([I[:, m], y], axis=1), [1.0, 1.0], lo=1.0, hi=1.0)
+            P.add_rows(np.stack([I[:, m], y], axis=1), [1.0, 1.0], lo=1.0, hi=1.0)
         else:
             P.fix(I[:, m], 1.0)
     mem_cap = cluster.memory if math.isfinite(cluster.memory) else None
     # exact stages
     for j in range(m):
-        yb = P.var(model.H)
+        yb = P.add_vars(model.H, ub=1.0)
         _cross_rows(P, model, yb, lambda X, j=j: [(I[X, j + 1], 1.0), (I[X, j], -1.0)])
-        P.row(np.concatenate([I[:, j + 1], I[:, j], yb, [T]]),
+        P.add_rows(np.concatenate([I[:, j + 1], I[:, j], yb, [T]]),
               np.concatenate([model.pa, -model.pa, model.h_cost, [-1.0]]), hi=0.0)
         if mem_cap is not None:
-            P.row(np.concatenate([I[:, j + 1], I[:, j]]), np.concatenate([model.mem, -model.mem]), hi=mem_cap)
+            P.add_rows(np.concatenate([I[:, j + 1], I[:, j]]), np.concatenate([model.mem, -model.mem]), hi=mem_cap)
     # the stages before: alpha = I_0
     if n_before:
-        ya = P.var(model.H)
+        ya = P.add_vars(model.H, ub=1.0)
         _cross_rows(P, model, ya, lambda X: [(I[X, 0], 1.0)])
-        P.row(np.concatenate([I[:, 0], ya, [T]]), np.concatenate([model.pa, model.h_cost, [-float(n_before)]]),
+        P.add_rows(np.concatenate([I[:, 0], ya, [T]]), np.concatenate([model.pa, model.h_cost, [-float(n_before)]]),
               hi=0.0)
         if mem_cap is not None:
-            P.row(I[:, 0], model.mem, hi=n_before * mem_cap)
+            P.add_rows(I[:, 0], model.mem, hi=n_before * mem_cap)
     # the stages after: gamma = 1 - I_m - y
     if n_after:
-        yg = P.var(model.H)
+        yg = P.add_vars(model.H, ub=1.0)
         g_terms = (lambda X: [(I[X, m], 1.0), (y[X], 1.0)]) if l_ else (lambda X: [(I[X, m], 1.0)])
         _cross_rows(P, model, yg, g_terms)  # the sign of G does not matter for |G[X] - G[r]|
         cols, vals = [I[:, m], yg, [T]], [-model.pa, model.h_cost, [-float(n_after)]]
         if l_:
             cols.insert(1, y)
             vals.insert(1, -model.pa)
-        P.row(np.concatenate(cols), np.concatenate(vals), hi=-float(model.pa.sum()))
+        P.add_rows(np.concatenate(cols), np.concatenate(vals), hi=-float(model.pa.sum()))
         if mem_cap is not None:
             cols, vals = [I[:, m]], [-model.mem]
             if l_:
                 cols.append(y)
                 vals.append(-model.mem)
-            P.row(np.concatenate(cols), np.concatenate(vals), hi=n_after * mem_cap - float(model.mem.sum()))
+            P.add_rows(np.concatenate(cols), np.concatenate(vals), hi=n_after * mem_cap - float(model.mem.sum()))
     if l_:
         pc = np.nan_to_num(model.pc)
-        P.row(np.concatenate([y, [T]]), np.concatenate([pc, [-float(l_)]]), hi=0.0)
+        P.add_rows(np.concatenate([y, [T]]), np.concatenate([pc, [-float(l_)]]), hi=0.0)
         big = np.flatnonzero(model.cpu_ok & (pc > lower))
         if len(big):
-            P.rows(np.stack([y[big], np.full(len(big), T)], axis=1), np.stack([pc[big], -np.ones(len(big))], axis=1),
+            P.add_rows(np.stack([y[big], np.full(len(big), T)], axis=1), np.stack([pc[big], -np.ones(len(big))], axis=1),
                    hi=0.0)
-    ans = P.solve(None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 0.01))
+    ans = _solve(P, None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 0.01))
     seconds = time.perf_counter() - t0
     extra = {"b": b, "width": m, "nodes": ans.nodes}
     if ans.status == "infeasible":
         return Bound(math.inf, "window", seconds, "infeasible", kind="chain", extra=extra)
-    value = max(_safe(ans.dual_bound), lower)
+    value = max(_safe(_lower(ans)), lower)
     if ans.objective is not None:
         value = min(value, ans.objective)
     return Bound(value, "window", seconds, ans.status, kind="chain", extra=extra)

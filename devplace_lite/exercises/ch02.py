@@ -7,7 +7,8 @@ import numpy as np
 from ..devices import Cluster
 from ..generators import generate
 from ..graph import Graph, Node
-from ..ideals import count_ideals, unit_poset
+from ..ideals import count_ideals
+from ..units import unit_graph
 from .core import Case, close, exact, register
 
 # -- 02.2  count the ideals of a small DAG ----------------------------------------------------
@@ -15,7 +16,7 @@ from .core import Case, close, exact, register
 
 def ideal_count(graph: Graph) -> int:
     """Number of predecessor-closed node sets of an inference graph (empty and full included)."""
-    return int(count_ideals(unit_poset(graph, merge_free=False)))
+    return int(count_ideals(unit_graph(graph)))
 
 
 def _small_graph(rng: np.random.Generator, i: int, low: int, high: int) -> tuple[Graph, str]:

@@ -72,6 +72,6 @@ def _slicing_slips(case: Case) -> list:
 register(id="05.3", name="my_best_slicing", title="the best slicing of one topological order",
          reference=lambda graph, cluster, order: slice_order(graph, cluster, order)[0],
          cases=_slicing_cases, compare=close(rtol=1e-9, atol=1e-9), slips=_slicing_slips, fixed=1, n=12,
-         forbidden=("devplace_lite.brkga", "devplace_lite.dp:linear"),
+         forbidden=("devplace_lite.brkga", "devplace_lite.dp:linear", "devplace_lite.slicing"),
          hint="F[a][j] = min over i < j of max(F[a-1][i], load of the block order[i:j] on one accelerator), "
               "F[0][0] = 0; allow fewer than k blocks, and score a block with its transfers")

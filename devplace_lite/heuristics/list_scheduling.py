@@ -159,6 +159,8 @@ def heft(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, see
     for v in np.lexsort((pos, -rank)).tolist():
         ready_at = R.ready_time(v)
         ok = R.allowed(np.array([v]))[0]
+        if not ok.any():  # no device may run it (an infeasible instance): the evaluator says so
+            ok = np.ones(D, dtype=bool)
         best = None
         for d in np.flatnonzero(ok).tolist():
             s = _slot(starts[d], ends[d], float(ready_at[d]), float(R.cost[v, d]))

@@ -49,7 +49,8 @@ import numpy as np
 
 from ..cost import as_assignment, chain_order, evaluate, split_kind
 from ..devices import Cluster
-from ..graph import Graph, GraphError
+from ..errors import GraphError, UsageError
+from ..graph import Graph
 from ..result import Result
 from .blocks import Blocks, block_structure, pinned_device
 from .common import finish
@@ -390,7 +391,7 @@ def local_search(graph: Graph, cluster: Cluster, start, *, kind: str | None = No
         k0 = split_kind(graph, cluster, a0)
         kind = "any" if k0 == "none" else k0
     if kind not in KINDS:
-        raise GraphError(f"unknown split kind {kind!r} (expected one of {', '.join(KINDS)})")
+        raise UsageError(f"unknown split kind {kind!r} (expected one of {', '.join(KINDS)})")
     blocks = block_structure(graph)
     labels = a0[np.array([x[0] for x in blocks.nodes], dtype=np.int64)] if blocks.count else np.zeros(0, np.int64)
     pinned = pinned_device(graph, cluster, blocks)

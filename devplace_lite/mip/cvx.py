@@ -27,6 +27,7 @@ import numpy as np
 
 from ..devices import Cluster
 from ..graph import Graph
+from ..units import order_vertices
 from .throughput import UnitData, canonical_kind
 
 
@@ -53,7 +54,7 @@ def throughput_problem(graph: Graph, cluster: Cluster, kind: str = "contiguous",
     r, w = _edge_arrays(pairs)              # producer row r feeds unit w
     up = d.unit[np.array(producers, dtype=np.int64)][r] if len(r) else r  # the producer's unit
     c = graph.comm[producers] if producers else np.zeros(0)
-    fwd = [(d.unit[a], d.unit[b]) for a, b in d.forward_edges if d.unit[a] != d.unit[b]]
+    fwd = [(d.unit[a], d.unit[b]) for a, b in d.order_edges if d.unit[a] != d.unit[b]]
     T = cp.Variable(nonneg=True)
 
     if kind != "chain":
@@ -72,10 +73,10 @@ def throughput_problem(graph: Graph, cluster: Cluster, kind: str = "contiguous",
             rows += [d.p_cpu @ x[:, k:] <= T]                 # CPU loads
         variables = {"x": x, "y": y, "T": T}
         if kind == "contiguous":
-            fwd_nodes = np.flatnonzero(~graph.backward)
+            fwd_nodes = np.flatnonzero(order_vertices(graph))  # forward nodes and stand-ins
             col = -np.ones(graph.n, dtype=np.int64)
             col[fwd_nodes] = np.arange(len(fwd_nodes))
-            a_, b_ = _edge_arrays(d.forward_edges)
+            a_, b_ = _edge_arrays(d.order_edges)
             z = cp.Variable((len(fwd_nodes), D), nonneg=True)
             rows += [z <= 1, z >= x[d.unit[fwd_nodes]]]       # z contains the part...
             if len(a_):

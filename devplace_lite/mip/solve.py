@@ -1,17 +1,27 @@
-"""Solver plumbing shared by the integer programs: a small linear model and two open solvers.
+"""The one integer-program layer: a linear model, two open solvers, one status convention.
 
-The formulations in `devplace_lite.mip.throughput` and `devplace_lite.mip.latency` write their
-rows into a `LinearModel` (columns with bounds and integrality, rows ``lo <= a x <= hi``,
-minimise ``c x``), and `solve` hands it to SCIP (through PySCIPOpt, the default) or HiGHS
-(through highspy). Why not solve the cvxpy versions of the same models (`devplace_lite.mip.cvx`)
-directly: on a time limit cvxpy reports neither the incumbent nor the proven bound, and its
-warm start does not reach SCIP or HiGHS. Building the rows ourselves gives the contract every
-method of the library keeps:
+Every integer program of the library (the throughput and latency IPs of `devplace_lite.mip`, the
+ordered-stage MIPs and relaxations of `devplace_lite.bounds`) writes its rows into a
+`LinearModel` (columns with bounds, costs and integrality; rows ``lo <= a x <= hi``; minimise
+``c x``) and solves it here, with SCIP (through PySCIPOpt, the default) or HiGHS (through
+highspy). Why not solve the cvxpy versions of the same models (`devplace_lite.mip.cvx`): on a
+time limit cvxpy reports neither the incumbent nor the proven bound, and its warm start does not
+reach SCIP or HiGHS.
 
-* a time limit always returns the best solution found, the proven lower bound and the status
-  ``time_limit``;
-* a warm start (a full feasible column vector) is handed to the solver before it starts;
-* one thread and a fixed seed, so a run without a time limit repeats exactly.
+The contract (`Solution`):
+
+* ``status``: ``optimal`` (proven, within the asked gap when that is 0), ``gap`` (stopped at a
+  positive asked gap), ``time_limit`` (stopped by any limit before a proof: time, memory,
+  nodes, an interrupt; ``stop`` names which) or ``infeasible``;
+* ``bound``: a proven lower bound on the minimum, or ``None`` when the solver proved none
+  (never ``-inf``, never a value past the incumbent's by more than the solver's tolerances);
+* ``values`` / ``objective``: the best column vector found and its cost, or ``None``;
+* a time limit always returns the incumbent and the bound; a warm start (a full feasible column
+  vector) is handed to the solver before it starts; one thread and a fixed seed by default, so
+  a run without a time limit repeats exactly.
+
+Models that are re-solved with changed bounds (the bounds' stage sets) keep a HiGHS instance:
+`LinearModel.highs` builds it and `run_highs` solves it under the same contract.
 
 Example
 -------
@@ -34,7 +44,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from ..graph import GraphError
+from ..errors import UsageError
 
 SOLVERS = ("scip", "highs")
 INF = math.inf
@@ -44,56 +54,104 @@ class LinearModel:
     """Columns and rows of a mixed-integer linear program ``min c x, lo <= A x <= hi``.
 
     Columns are created in blocks (`add_vars` returns their indices in the block's shape, so a
-    formulation can write ``X[u, d]``); rows are lists of ``(column, coefficient)`` terms.
+    formulation can write ``X[u, d]``); rows are added one at a time as ``(column, coefficient)``
+    terms (`add_row`) or many of equal width at once as index and value arrays (`add_rows`).
     """
 
     def __init__(self) -> None:
-        self.lb: list[float] = []
-        self.ub: list[float] = []
-        self.integer: list[bool] = []
-        self._obj: list[float] = []
-        self._rows: list[int] = []
-        self._cols: list[int] = []
-        self._vals: list[float] = []
-        self.row_lo: list[float] = []
-        self.row_hi: list[float] = []
-        self.obj = _ObjView(self._obj)
+        self._lb: list[np.ndarray] = []
+        self._ub: list[np.ndarray] = []
+        self._int: list[np.ndarray] = []
+        self._cost: list[np.ndarray] = []
+        self._r: list[np.ndarray] = []
+        self._c: list[np.ndarray] = []
+        self._v: list[np.ndarray] = []
+        self._lo: list[np.ndarray] = []
+        self._hi: list[np.ndarray] = []
+        self.n_vars = 0
+        self.n_rows = 0
+        self.obj = _ObjView(self)
 
-    @property
-    def n_vars(self) -> int:
-        return len(self.lb)
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.row_lo)
-
+    # -- columns ---------------------------------------------------------------------------
     def add_vars(self, shape: int | tuple[int, ...], lb: float | np.ndarray = 0.0, ub: float | np.ndarray = INF,
-                 integer: bool = False) -> np.ndarray:
+                 integer: bool = False, cost: float | np.ndarray = 0.0) -> np.ndarray:
         """A block of columns; returns their indices as an int array of ``shape``."""
         size = int(np.prod(shape))
-        start = self.n_vars
-        self.lb.extend(np.broadcast_to(np.asarray(lb, dtype=float), (size,)).tolist()
-                       if np.ndim(lb) == 0 else np.asarray(lb, dtype=float).reshape(-1).tolist())
-        self.ub.extend(np.broadcast_to(np.asarray(ub, dtype=float), (size,)).tolist()
-                       if np.ndim(ub) == 0 else np.asarray(ub, dtype=float).reshape(-1).tolist())
-        self.integer.extend([integer] * size)
-        self._obj.extend([0.0] * size)
-        return np.arange(start, start + size, dtype=np.int64).reshape(shape)
+        idx = np.arange(self.n_vars, self.n_vars + size, dtype=np.int64).reshape(shape)
+        for store, value in ((self._lb, lb), (self._ub, ub), (self._cost, cost)):
+            store.append(np.broadcast_to(np.asarray(value, dtype=float).reshape(-1) if np.ndim(value) else
+                                         np.asarray(value, dtype=float), (size,)).copy())
+        self._int.append(np.full(size, bool(integer)))
+        self.n_vars += size
+        return idx
 
+    def _columns(self, store: list[np.ndarray]) -> np.ndarray:
+        if len(store) != 1:
+            store[:] = [np.concatenate(store) if store else np.zeros(0)]
+        return store[0]
+
+    @property
+    def lb(self) -> np.ndarray:
+        return self._columns(self._lb)
+
+    @property
+    def ub(self) -> np.ndarray:
+        return self._columns(self._ub)
+
+    @property
+    def integer(self) -> np.ndarray:
+        return self._columns(self._int).astype(bool)
+
+    @property
+    def cost(self) -> np.ndarray:
+        return self._columns(self._cost)
+
+    def fix(self, idx, value: float) -> None:
+        """Fix columns to a value (both bounds)."""
+        cols = np.asarray(idx, dtype=np.int64).ravel()
+        self.lb[cols] = value
+        self.ub[cols] = value
+
+    # -- rows ------------------------------------------------------------------------------
     def add_row(self, terms: Iterable[tuple[int, float]], lo: float = -INF, hi: float = INF) -> None:
         """The row ``lo <= sum coef * x[col] <= hi`` (repeated columns add up)."""
-        r = self.n_rows
-        for col, coef in terms:
-            if coef != 0.0:
-                self._rows.append(r)
-                self._cols.append(int(col))
-                self._vals.append(float(coef))
-        self.row_lo.append(float(lo))
-        self.row_hi.append(float(hi))
+        pairs = [(int(c), float(v)) for c, v in terms if v != 0.0]
+        cols = np.array([c for c, _ in pairs], dtype=np.int64)
+        vals = np.array([v for _, v in pairs], dtype=float)
+        self._append(np.full(len(cols), self.n_rows, dtype=np.int64), cols, vals, [float(lo)], [float(hi)])
+
+    def add_rows(self, cols, vals, lo=-INF, hi=INF) -> None:
+        """Rows ``lo <= sum_j vals[r, j] x[cols[r, j]] <= hi``, one per row of ``cols`` (R, w);
+        ``vals``, ``lo`` and ``hi`` broadcast."""
+        cols = np.atleast_2d(np.asarray(cols, dtype=np.int64))
+        R, w = cols.shape
+        if R == 0:
+            return
+        vals = np.broadcast_to(np.asarray(vals, dtype=float), (R, w))
+        rows = np.repeat(np.arange(self.n_rows, self.n_rows + R, dtype=np.int64), w)
+        self._append(rows, cols.ravel(), vals.ravel(), np.broadcast_to(np.asarray(lo, float), (R,)),
+                     np.broadcast_to(np.asarray(hi, float), (R,)))
+
+    def _append(self, rows, cols, vals, lo, hi) -> None:
+        self._r.append(rows)
+        self._c.append(cols)
+        self._v.append(vals)
+        self._lo.append(np.array(lo, dtype=float))
+        self._hi.append(np.array(hi, dtype=float))
+        self.n_rows += len(self._lo[-1])
+
+    @property
+    def row_lo(self) -> np.ndarray:
+        return self._columns(self._lo)
+
+    @property
+    def row_hi(self) -> np.ndarray:
+        return self._columns(self._hi)
 
     def matrix(self) -> sp.csr_matrix:
         """The row matrix ``A`` (duplicates summed)."""
-        A = sp.csr_matrix((self._vals, (self._rows, self._cols)), shape=(self.n_rows, self.n_vars))
+        rows, cols, vals = (np.concatenate(x) if x else np.zeros(0) for x in (self._r, self._c, self._v))
+        A = sp.csr_matrix((vals, (rows.astype(np.int64), cols.astype(np.int64))), shape=(self.n_rows, self.n_vars))
         A.sum_duplicates()
         A.eliminate_zeros()
         return A
@@ -101,41 +159,60 @@ class LinearModel:
     def violation(self, values: np.ndarray) -> float:
         """Largest violation of a bound, a row or integrality by a column vector."""
         x = np.asarray(values, dtype=float)
-        lb, ub = np.array(self.lb), np.array(self.ub)
-        worst = float(np.max(np.concatenate([[0.0], lb - x, x - ub])))
-        ints = np.array(self.integer, dtype=bool)
+        worst = float(np.max(np.concatenate([[0.0], self.lb - x, x - self.ub])))
+        ints = self.integer
         if ints.any():
             worst = max(worst, float(np.max(np.abs(x[ints] - np.round(x[ints])))))
         if self.n_rows:
             ax = self.matrix() @ x
-            worst = max(worst, float(np.max(np.concatenate([np.array(self.row_lo) - ax, ax - np.array(self.row_hi)]))))
+            worst = max(worst, float(np.max(np.concatenate([self.row_lo - ax, ax - self.row_hi]))))
         return worst
+
+    def highs(self, gap: float = 0.0, threads: int = 1, seed: int = 0, verbose: bool = False):
+        """A `highspy.Highs` instance holding the model, for `run_highs` (and re-solves)."""
+        import highspy
+
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", bool(verbose))
+        h.setOptionValue("threads", max(1, int(threads)))
+        h.setOptionValue("random_seed", int(seed) % 2**31)
+        h.setOptionValue("mip_rel_gap", float(gap))
+        h.setOptionValue("mip_abs_gap", 1e-9 if gap == 0 else 1e-6)
+        A = self.matrix()
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = self.n_vars, self.n_rows
+        lp.col_cost_ = self.cost
+        lp.col_lower_ = self.lb
+        lp.col_upper_ = self.ub
+        lp.row_lower_ = self.row_lo
+        lp.row_upper_ = self.row_hi
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.start_ = A.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = A.indices.astype(np.int32)
+        lp.a_matrix_.value_ = A.data.astype(float)
+        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = self.n_vars, self.n_rows
+        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
+                           for i in self.integer]
+        h.passModel(lp)
+        return h
 
 
 class _ObjView:
     """``model.obj[cols] = coefs``: objective coefficients by column index."""
 
-    def __init__(self, data: list[float]) -> None:
-        self._data = data
+    def __init__(self, model: LinearModel) -> None:
+        self._model = model
 
     def __setitem__(self, cols, coefs) -> None:
-        cols = np.atleast_1d(np.asarray(cols, dtype=np.int64))
-        coefs = np.broadcast_to(np.asarray(coefs, dtype=float), cols.shape)
-        for c, v in zip(cols.tolist(), coefs.tolist()):
-            self._data[c] = v
+        self._model.cost[np.asarray(cols, dtype=np.int64)] = coefs
 
     def array(self) -> np.ndarray:
-        return np.array(self._data, dtype=float)
+        return self._model.cost.copy()
 
 
 @dataclass
 class Solution:
-    """What a solver returned.
-
-    ``status``: ``optimal`` (proven within the asked gap, 0 = exact), ``gap`` (stopped at a
-    positive asked gap), ``time_limit`` or ``infeasible``. ``values`` is the best column vector
-    found (``None`` if none), ``objective`` its value, ``bound`` the proven lower bound.
-    """
+    """What a solver returned (the module docstring states the contract)."""
 
     status: str
     values: np.ndarray | None
@@ -145,12 +222,13 @@ class Solution:
     solver: str
     nodes: int
     start_accepted: bool | None = None
+    stop: str | None = None
 
 
 def check_solver(solver: str) -> str:
     name = str(solver).lower()
     if name not in SOLVERS:
-        raise GraphError(f"unknown solver {solver!r}; known: {', '.join(SOLVERS)}")
+        raise UsageError(f"unknown solver {solver!r}; known: {', '.join(SOLVERS)}")
     return name
 
 
@@ -164,12 +242,56 @@ def solve(model: LinearModel, solver: str = "scip", time_limit: float | None = N
     """
     name = check_solver(solver)
     if time_limit is not None and not time_limit > 0:
-        raise GraphError(f"time limit must be positive, got {time_limit}")
+        raise UsageError(f"time limit must be positive, got {time_limit}")
     if gap < 0:
-        raise GraphError(f"gap must be non-negative, got {gap}")
-    run = _solve_scip if name == "scip" else _solve_highs
-    return run(model, time_limit, float(gap), int(seed), int(threads),
-               None if start is None else np.asarray(start, float), verbose)
+        raise UsageError(f"gap must be non-negative, got {gap}")
+    start_vec = None if start is None else np.asarray(start, float)
+    if name == "highs":
+        t0 = time.perf_counter()
+        h = model.highs(gap, threads, seed, verbose)
+        accepted = None
+        if start_vec is not None:
+            import highspy
+
+            sol = highspy.HighsSolution()
+            sol.col_value = start_vec.tolist()
+            sol.value_valid = True
+            accepted = h.setSolution(sol) == highspy.HighsStatus.kOk
+        out = run_highs(h, time_limit, gap)
+        out.seconds, out.start_accepted = time.perf_counter() - t0, accepted
+        return out
+    return _solve_scip(model, time_limit, float(gap), int(seed), int(threads), start_vec, verbose)
+
+
+def run_highs(h, time_limit: float | None = None, gap: float = 0.0) -> Solution:
+    """Solve the model a `highspy.Highs` holds (`LinearModel.highs`) within the time limit."""
+    import highspy
+
+    t0 = time.perf_counter()
+    h.setOptionValue("time_limit", INF if time_limit is None else max(float(time_limit), 0.01))
+    h.run()
+    st, info = h.getModelStatus(), h.getInfo()
+    values = objective = None
+    if info.primal_solution_status == 2:  # a feasible point is known
+        values = np.array(h.getSolution().col_value)
+        objective = float(info.objective_function_value)
+    S = highspy.HighsModelStatus
+    stops = {S.kTimeLimit: "time", S.kMemoryLimit: "memory", S.kInterrupt: "interrupt",
+             S.kIterationLimit: "iterations", S.kSolutionLimit: "solutions"}
+    stop = None
+    if st == S.kInfeasible:
+        status, values, objective = "infeasible", None, None
+    elif st == S.kOptimal:
+        status = "optimal" if gap == 0 else "gap"
+    elif st in stops:
+        status, stop = "time_limit", stops[st]
+    else:
+        raise RuntimeError(f"HiGHS stopped with status {h.modelStatusToString(st)}")
+    bound = None if status == "infeasible" else _finite(float(info.mip_dual_bound))
+    if status == "optimal" and bound is None and objective is not None:  # a pure LP: no MIP bound
+        bound = objective
+    return Solution(status, values, objective, bound, time.perf_counter() - t0, "highs",
+                    int(max(info.mip_node_count, 0)), None, stop)
 
 
 def _solve_scip(model: LinearModel, time_limit, gap, seed, threads, start, verbose) -> Solution:
@@ -190,18 +312,18 @@ def _solve_scip(model: LinearModel, time_limit, gap, seed, threads, start, verbo
     m.setParam("propagating/symmetry/nautymaxlevel", 50)
     if time_limit is not None:
         m.setParam("limits/time", float(time_limit))
-    obj = model.obj.array()
+    lb, ub, ints, cost = model.lb, model.ub, model.integer, model.cost
     cols = []
     for j in range(model.n_vars):
         vt = "C"
-        if model.integer[j]:
-            vt = "B" if model.lb[j] >= 0 and model.ub[j] <= 1 else "I"
-        lb = None if model.lb[j] == -INF else model.lb[j]
-        ub = None if model.ub[j] == INF else model.ub[j]
-        cols.append(m.addVar(name=f"x{j}", vtype=vt, lb=lb, ub=ub, obj=float(obj[j])))
+        if ints[j]:
+            vt = "B" if lb[j] >= 0 and ub[j] <= 1 else "I"
+        cols.append(m.addVar(name=f"x{j}", vtype=vt, lb=None if lb[j] == -INF else float(lb[j]),
+                             ub=None if ub[j] == INF else float(ub[j]), obj=float(cost[j])))
     A = model.matrix()
+    lo_all, hi_all = model.row_lo, model.row_hi
     for r in range(model.n_rows):
-        lo, hi = model.row_lo[r], model.row_hi[r]
+        lo, hi = float(lo_all[r]), float(hi_all[r])
         a, b = A.indptr[r], A.indptr[r + 1]
         expr = ps.quicksum(v * cols[c] for c, v in zip(A.indices[a:b].tolist(), A.data[a:b].tolist()))
         m.addCons(ps.scip.ExprCons(expr, lhs=None if lo == -INF else lo, rhs=None if hi == INF else hi))
@@ -212,83 +334,32 @@ def _solve_scip(model: LinearModel, time_limit, gap, seed, threads, start, verbo
             m.setSolVal(sol, c, v)
         accepted = bool(m.addSol(sol, free=True))
     m.optimize()
-    status = m.getStatus()
-    if status == "userinterrupt":  # SCIP caught Ctrl-C itself: Python never saw it
+    st = m.getStatus()
+    if st == "userinterrupt":  # SCIP caught Ctrl-C itself: Python never saw it
         raise KeyboardInterrupt
     values = objective = None
-    if m.getNSols() > 0:
+    if m.getNSols() > 0 and st != "infeasible":
         best = m.getBestSol()
         values = np.array([m.getSolVal(best, c) for c in cols])
         objective = float(m.getSolObjVal(best))
-    if status == "infeasible":
-        kind, bound = "infeasible", None
-    elif status == "optimal":
-        kind, bound = "optimal", float(m.getDualbound())
-    elif status == "gaplimit":
-        kind, bound = "gap", float(m.getDualbound())
-    elif status in ("timelimit", "nodelimit", "memlimit", "stallnodelimit"):
-        kind, bound = "time_limit", float(m.getDualbound())
+    stops = {"timelimit": "time", "memlimit": "memory", "nodelimit": "nodes",
+             "stallnodelimit": "nodes", "totalnodelimit": "nodes", "sollimit": "solutions",
+             "bestsollimit": "solutions"}
+    stop = None
+    if st == "infeasible":
+        status = "infeasible"
+    elif st == "optimal":
+        status = "optimal"
+    elif st == "gaplimit":
+        status = "gap"
+    elif st in stops:
+        status, stop = "time_limit", stops[st]
     else:
-        raise RuntimeError(f"SCIP stopped with status {status}")
-    return Solution(kind, values, objective, _finite(bound), time.perf_counter() - t0, "scip",
-                    int(m.getNNodes()), accepted)
+        raise RuntimeError(f"SCIP stopped with status {st}")
+    bound = None if status == "infeasible" else _finite(float(m.getDualbound()))
+    return Solution(status, values, objective, bound, time.perf_counter() - t0, "scip", int(m.getNNodes()),
+                    accepted, stop)
 
 
-def _solve_highs(model: LinearModel, time_limit, gap, seed, threads, start, verbose) -> Solution:
-    import highspy
-
-    t0 = time.perf_counter()
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", bool(verbose))
-    h.setOptionValue("threads", max(1, threads))
-    h.setOptionValue("random_seed", seed % 2**31)
-    h.setOptionValue("mip_rel_gap", gap)
-    h.setOptionValue("mip_abs_gap", 1e-9 if gap == 0 else 1e-6)
-    if time_limit is not None:
-        h.setOptionValue("time_limit", float(time_limit))
-    A = model.matrix()
-    lp = highspy.HighsLp()
-    lp.num_col_ = model.n_vars
-    lp.num_row_ = model.n_rows
-    lp.col_cost_ = model.obj.array()
-    lp.col_lower_ = np.array(model.lb)
-    lp.col_upper_ = np.array(model.ub)
-    lp.row_lower_ = np.array(model.row_lo)
-    lp.row_upper_ = np.array(model.row_hi)
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.start_ = A.indptr.astype(np.int32)
-    lp.a_matrix_.index_ = A.indices.astype(np.int32)
-    lp.a_matrix_.value_ = A.data.astype(float)
-    lp.a_matrix_.num_col_ = model.n_vars
-    lp.a_matrix_.num_row_ = model.n_rows
-    lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
-                       for i in model.integer]
-    h.passModel(lp)
-    accepted = None
-    if start is not None:
-        sol = highspy.HighsSolution()
-        sol.col_value = start.tolist()
-        sol.value_valid = True
-        accepted = h.setSolution(sol) == highspy.HighsStatus.kOk
-    h.run()
-    st = h.getModelStatus()
-    info = h.getInfo()
-    values = objective = None
-    if info.primal_solution_status == 2:  # kSolutionStatusFeasible
-        values = np.array(h.getSolution().col_value)
-        objective = float(info.objective_function_value)
-    S = highspy.HighsModelStatus
-    if st == S.kInfeasible:
-        kind, bound = "infeasible", None
-    elif st == S.kOptimal:
-        kind, bound = ("optimal" if gap == 0 else "gap"), float(info.mip_dual_bound)
-    elif st in (S.kTimeLimit, S.kInterrupt, S.kIterationLimit, S.kSolutionLimit, S.kMemoryLimit):
-        kind, bound = "time_limit", float(info.mip_dual_bound)
-    else:
-        raise RuntimeError(f"HiGHS stopped with status {h.modelStatusToString(st)}")
-    return Solution(kind, values, objective, _finite(bound), time.perf_counter() - t0, "highs",
-                    int(info.mip_node_count), accepted)
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) and abs(x) < 1e19 else None
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) and abs(x) < 1e19 else None

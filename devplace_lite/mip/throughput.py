@@ -76,10 +76,13 @@ from functools import cached_property
 
 import numpy as np
 
-from ..cost import as_assignment, chain_order, device_loads, evaluate, forward_mask
+from ..cost import as_assignment, chain_order, device_loads, evaluate
 from ..devices import Cluster
-from ..graph import Graph, GraphError
+from ..errors import DevplaceError, LimitError, UsageError
+from ..graph import Graph
 from ..result import Result
+from ..units import UnitGraph, order_vertices, unit_graph
+from ..units import order_edges as _order_edges
 from .solve import LinearModel, Solution, check_solver, solve
 
 KINDS = ("chain", "contiguous", "noncontiguous")
@@ -92,13 +95,14 @@ _ACCEPTS = {"chain": {"chain"}, "contiguous": {"chain", "contiguous"},
 def canonical_kind(kind: str) -> str:
     k = _ALIASES.get(str(kind), str(kind))
     if k not in KINDS:
-        raise GraphError(f"unknown split kind {kind!r}; known: {', '.join(KINDS)} (or 'any')")
+        raise UsageError(f"unknown split kind {kind!r}; known: {', '.join(KINDS)} (or 'any')")
     return k
 
 
 @dataclass
 class UnitData:
-    """The per-unit view of a graph and cluster that the formulations share.
+    """The unit graph of a graph (`devplace_lite.units`, colocation classes, unordered) seen on
+    one cluster: what the formulations share.
 
     ``cap``: a known upper bound on the optimum (the warm start's value). A unit whose time on
     a device type exceeds it cannot sit there in any split at least as good, so the models
@@ -111,40 +115,37 @@ class UnitData:
     cap: float = math.inf
 
     @cached_property
+    def units(self) -> UnitGraph:
+        return unit_graph(self.graph, chain=False)
+
+    @property
     def unit(self) -> np.ndarray:
-        return self.graph.units
+        return self.units.unit
 
-    @cached_property
+    @property
     def U(self) -> int:
-        return int(self.unit.max()) + 1 if self.graph.n else 0
+        return self.units.size
 
-    def _sum(self, values: np.ndarray) -> np.ndarray:
-        return np.bincount(self.unit, weights=values, minlength=self.U)
-
-    @cached_property
+    @property
     def p_acc(self) -> np.ndarray:
-        return self._sum(self.graph.p_acc)
+        return self.units.pa
 
-    @cached_property
+    @property
     def p_cpu(self) -> np.ndarray:
         """CPU time of each unit (0 where a CPU may not run it: those columns are fixed to 0)."""
-        return self._sum(np.nan_to_num(self.graph.p_cpu))
+        return self.units.pc
 
-    @cached_property
+    @property
     def memory(self) -> np.ndarray:
-        return self._sum(self.graph.memory)
+        return self.units.mem
 
     @cached_property
     def acc_ok(self) -> np.ndarray:
-        bad = np.zeros(self.U, dtype=bool)
-        np.logical_or.at(bad, self.unit, ~self.graph.supported)
-        return ~bad & (self.cluster.k > 0) & ~(self.p_acc > self.cap)
+        return ~self.units.bad_acc & (self.cluster.k > 0) & ~(self.p_acc > self.cap)
 
     @cached_property
     def cpu_ok(self) -> np.ndarray:
-        bad = np.zeros(self.U, dtype=bool)
-        np.logical_or.at(bad, self.unit, np.isnan(self.graph.p_cpu))
-        return ~bad & (self.cluster.l > 0) & ~(self.p_cpu > self.cap)
+        return ~self.units.bad_cpu & (self.cluster.l > 0) & ~(self.p_cpu > self.cap)
 
     @cached_property
     def allowed(self) -> np.ndarray:
@@ -168,10 +169,11 @@ class UnitData:
         return list(rows), sorted(pairs)
 
     @cached_property
-    def forward_edges(self) -> list[tuple[int, int]]:
-        keep = forward_mask(self.graph)
-        g = self.graph
-        return [(a, b) for a, b in zip(g.src.tolist(), g.dst.tolist()) if keep[a] and keep[b]]
+    def order_edges(self) -> list[tuple[int, int]]:
+        """The node pairs every split shape is asked of: the forward graph with stand-ins for
+        backward-only classes (`devplace_lite.units.order_edges`)."""
+        s, t = _order_edges(self.graph)
+        return list(zip(s.tolist(), t.tolist()))
 
     @cached_property
     def unit_order(self) -> np.ndarray:
@@ -266,7 +268,7 @@ class _DeviceModel:
             else:
                 m.add_row([(x[u, d], data.p_cpu[u]) for u in range(U)] + [(T, -1.0)], hi=0.0)
         if contiguous:
-            keep = forward_mask(data.graph)
+            keep = order_vertices(data.graph)
             self.fwd = np.flatnonzero(keep)
             col = -np.ones(data.graph.n, dtype=np.int64)
             col[self.fwd] = np.arange(len(self.fwd))
@@ -276,7 +278,7 @@ class _DeviceModel:
             for i, v in enumerate(self.fwd.tolist()):
                 for d in range(D):
                     m.add_row([(z[i, d], 1.0), (x[unit[v], d], -1.0)], lo=0.0)
-            for a, b in data.forward_edges:
+            for a, b in data.order_edges:
                 ia, ib = col[a], col[b]
                 for d in range(D):
                     m.add_row([(z[ib, d], 1.0), (z[ia, d], -1.0)], hi=0.0)
@@ -302,17 +304,20 @@ class _DeviceModel:
         compute, comm = device_loads(g, data.cluster, assignment)
         v[self.T] = float((compute + comm).max())
         if self.contiguous:
-            keep = forward_mask(g)
+            keep = order_vertices(g)
+            succ: list[list[int]] = [[] for _ in range(g.n)]
+            for a, b in data.order_edges:
+                succ[a].append(b)
             for d in range(D):
                 inside = (assignment == d) & keep
                 # z = 1 except on what the part feeds from outside and everything after it
-                out = [w for a in np.flatnonzero(inside) for w in g.succ[a] if keep[w] and not inside[w]]
+                out = [w for a in np.flatnonzero(inside) for w in succ[a] if not inside[w]]
                 gone = np.zeros(g.n, dtype=bool)
                 while out:
                     w = out.pop()
                     if not gone[w]:
                         gone[w] = True
-                        out.extend(s for s in g.succ[w] if keep[s])
+                        out.extend(succ[w])
                 v[self.z[:, d]] = (~gone[self.fwd]).astype(float)
         return v
 
@@ -352,7 +357,7 @@ class _StageModel:
                 if not (data.acc_ok[u] if self.is_acc[s] else data.cpu_ok[u]):
                     m.add_row(member(u, s), hi=0.0)
         unit = data.unit
-        prec = sorted({(int(unit[a]), int(unit[b])) for a, b in data.forward_edges if unit[a] != unit[b]})
+        prec = sorted({(int(unit[a]), int(unit[b])) for a, b in data.order_edges if unit[a] != unit[b]})
         for ua, ub_ in prec:
             for s in range(S - 1):
                 m.add_row([(g[ub_, s], 1.0), (g[ua, s], -1.0)], hi=0.0)
@@ -447,7 +452,7 @@ def warm_candidates(graph: Graph, cluster: Cluster, budget: float = 10.0) -> lis
                      ("single", baselines.single_device)):
         try:
             r = fn(graph, cluster)
-        except GraphError:
+        except DevplaceError:  # a baseline that cannot run on this cluster
             continue
         if r.assignment is not None and r.status != "infeasible":
             out.append((name, r.assignment))
@@ -464,7 +469,7 @@ def _dp_split(graph: Graph, cluster: Cluster, budget: float) -> tuple[str, np.nd
     try:
         r = dp.dp(graph, cluster, time_limit=budget)
         name = "dp" if r.status == "optimal" else "dp-linear"
-    except GraphError:  # too many ideals to enumerate
+    except LimitError:  # too many ideals to enumerate
         r, name = dp.linear(graph, cluster), "dp-linear"
     if r.assignment is None or r.status == "infeasible":
         return None

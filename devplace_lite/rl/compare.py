@@ -38,7 +38,7 @@ import numpy as np
 from .. import methods
 from ..exhaustive import _canonical
 from ..devices import Cluster
-from ..errors import DevplaceError, GraphError
+from ..errors import DevplaceError, GraphError, LimitError
 from ..graph import Graph
 from ..sim import SimParams, Simulator
 from .env import unit_steps
@@ -101,7 +101,7 @@ def exhaustive_search(sim: Simulator, limit: int = DEFAULT_LIMIT) -> Scored:
     steps, allowed = _unit_allowed(sim)
     U, D, k = len(steps), sim.cluster.size, sim.cluster.k
     if D ** U > 50 * limit:
-        raise GraphError(f"exhaustive search over {D}^{U} placements is beyond the limit of {limit}")
+        raise LimitError(f"exhaustive search over {D}^{U} placements is beyond the limit of {limit}")
     symmetric = sim.params.homogeneous(sim.cluster)
     rows = []
     powers = D ** np.arange(U - 1, -1, -1, dtype=np.int64)
@@ -114,7 +114,7 @@ def exhaustive_search(sim: Simulator, limit: int = DEFAULT_LIMIT) -> Scored:
         rows.append(AU[ok])
     AU = np.concatenate(rows) if rows else np.zeros((0, U), dtype=np.int64)
     if len(AU) > limit:
-        raise GraphError(f"exhaustive search needs {len(AU)} simulations, over the limit of {limit}")
+        raise LimitError(f"exhaustive search needs {len(AU)} simulations, over the limit of {limit}")
     best, best_a = np.inf, None
     for units in AU:
         a = _expand(steps, units, sim.graph.n)

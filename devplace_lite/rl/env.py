@@ -41,7 +41,8 @@ import numpy as np
 
 from ..cost import Placement, as_assignment
 from ..devices import Cluster
-from ..graph import Graph, GraphError
+from ..errors import GraphError, UsageError
+from ..graph import Graph
 from ..sim import SimParams, SimResult, Simulator
 
 BASE_FEATURES = 5  # compute, output, is-current, is-visited, start time; then one-hot device
@@ -88,7 +89,7 @@ class PlacementEnv:
                  reward: str = "step", start: str | Placement = "single", samples: int = 1,
                  seed: int | None = None, simulator: Simulator | None = None):
         if reward not in ("step", "end"):
-            raise GraphError(f"reward must be 'step' or 'end', got {reward!r}")
+            raise UsageError(f"reward must be 'step' or 'end', got {reward!r}")
         self.graph, self.cluster = graph, cluster
         self.sim = simulator or Simulator(graph, cluster, params)
         self.reward_mode, self.start, self.samples = reward, start, int(samples)
@@ -148,7 +149,7 @@ class PlacementEnv:
             elif start == "random":
                 dev = np.array([self.rng.choice(np.flatnonzero(row)) for row in self.allowed])
             else:
-                raise GraphError(f"start must be 'single', 'random' or a placement, got {start!r}")
+                raise UsageError(f"start must be 'single', 'random' or a placement, got {start!r}")
             a = np.empty(self.graph.n, dtype=np.int64)
             for t, nodes in enumerate(self.unit_nodes):
                 a[nodes] = dev[t]
@@ -163,11 +164,11 @@ class PlacementEnv:
     def step(self, action: int) -> tuple[float, bool]:
         """Place unit ``t`` on device ``action``; returns (reward, done)."""
         if self.t >= self.steps:
-            raise GraphError("episode is over: call reset()")
+            raise UsageError("episode is over: call reset()")
         action = int(action)
         if not (0 <= action < self.devices) or not self.allowed[self.t, action]:
             v = self.unit_nodes[self.t][0]
-            raise GraphError(f"device {action} is not allowed for node {self.graph.nodes[v].id}")
+            raise UsageError(f"device {action} is not allowed for node {self.graph.nodes[v].id}")
         nodes = self.unit_nodes[self.t]
         before = self.runtime
         if np.any(self.assignment[nodes] != action):

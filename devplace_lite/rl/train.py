@@ -49,7 +49,8 @@ from ..cost import Placement
 from ..devices import Cluster
 from ..files import read_input, write_atomic
 from ..generators import FAMILIES, generate
-from ..graph import Graph, GraphError
+from ..errors import ClusterError, GraphError, UsageError
+from ..graph import Graph
 from ..sim import SimParams, Simulator
 from .env import PlacementEnv, feature_count, returns_to_go
 from .policy import GraphTensors, Placer
@@ -117,12 +118,12 @@ def family_graphs(family: str, sizes: Sequence[int], count: int, seed: int) -> l
     ``seed = HELD_OUT_SEED``, so it never shares a graph with a training run seeded below that.
     """
     if family not in FAMILIES:
-        raise GraphError(f"unknown graph family {family!r}; known: {', '.join(FAMILIES)}")
+        raise UsageError(f"unknown graph family {family!r}; known: {', '.join(FAMILIES)}")
     lo, hi = int(sizes[0]), int(sizes[-1])
     if not 2 <= lo <= hi:
-        raise GraphError(f"graph sizes must satisfy 2 <= min <= max, got {lo}..{hi}")
+        raise UsageError(f"graph sizes must satisfy 2 <= min <= max, got {lo}..{hi}")
     if not 1 <= count <= 1000:
-        raise GraphError(f"the number of graphs must be 1..1000, got {count}")
+        raise UsageError(f"the number of graphs must be 1..1000, got {count}")
     rng = np.random.default_rng(seed)
     return [generate(family, int(rng.integers(lo, hi + 1)), seed=seed * 1000 + i) for i in range(count)]
 
@@ -225,7 +226,7 @@ def train(cfg: TrainConfig, graphs: Sequence[Graph] | None = None, callback=None
     from tqdm import tqdm
 
     if cfg.episodes < cfg.batch or cfg.batch < 1:
-        raise GraphError(f"need episodes >= batch >= 1, got episodes={cfg.episodes}, batch={cfg.batch}")
+        raise UsageError(f"need episodes >= batch >= 1, got episodes={cfg.episodes}, batch={cfg.batch}")
     t0, c0 = time.perf_counter(), time.process_time()
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -234,7 +235,7 @@ def train(cfg: TrainConfig, graphs: Sequence[Graph] | None = None, callback=None
     cluster, params = cfg.cluster(), cfg.sim_params()
     graphs = list(graphs) if graphs is not None else family_graphs(cfg.family, cfg.sizes, cfg.graphs, cfg.seed)
     if not graphs:
-        raise GraphError("no training graphs")
+        raise UsageError("no training graphs")
     states = [_Graphs(g, cfg, cluster, params, cfg.seed * 7919 + i) for i, g in enumerate(graphs)]
     net = _make_net(cfg)
     updates = cfg.episodes // cfg.batch
@@ -311,7 +312,7 @@ def place(model: Model, graph: Graph, cluster: Cluster | None = None, *, samples
         graph, cluster = simulator.graph, simulator.cluster
     cluster = cluster or cfg.cluster()
     if cluster.size != cfg.accelerators + cfg.cpus:
-        raise GraphError(f"the checkpoint places on {cfg.accelerators + cfg.cpus} devices, "
+        raise ClusterError(f"the checkpoint places on {cfg.accelerators + cfg.cpus} devices, "
                          f"the cluster has {cluster.size}")
     torch.set_num_threads(cfg.threads)
     sim = simulator or Simulator(graph, cluster, params or cfg.sim_params())

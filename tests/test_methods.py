@@ -1,0 +1,104 @@
+"""The registry says what each method is, and every method keeps what its entry says.
+
+For each registered partition method on small training and inference graphs: the objective is
+the evaluator's, the split is of the declared kind, an exact method proves the optimum of that
+kind (the library's exhaustive search of the same kind), a heuristic never says ``optimal``
+and is never below that optimum; an anytime method given almost no time still answers with a
+valid status. Every bound stays below the optimum it declares it bounds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import devplace_lite as dl
+from devplace_lite.devices import Cluster
+from devplace_lite.exhaustive import exhaustive
+from devplace_lite.generators import generate, layered
+from devplace_lite.methods import BOUND, LATENCY, LIMITS, PARTITION, PROBLEMS, SPLITS, resolve
+from devplace_lite.result import STATUSES
+from test_exact import training_instance
+
+ALLOWED = {"chain": {"chain"}, "contiguous": {"chain", "contiguous"}, "any": {"chain", "contiguous", "none"}}
+SEEDS = [3, 8, 21, 34, 55, 89, 144, 233]
+
+
+def _optimum(g, c, split: str) -> float:
+    r = exhaustive(g, c, kind=split)
+    return math.inf if r.objective is None else r.objective
+
+
+def test_every_entry_is_complete_and_loads():
+    for registry, problem in ((PARTITION, "throughput"), (LATENCY, "latency"), (BOUND, "bound")):
+        for name, m in registry.items():
+            assert m.problem == problem and m.problem in PROBLEMS and m.split in SPLITS and m.limit in LIMITS, name
+            assert callable(m.load()) and m.summary, name
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", sorted(PARTITION))
+def test_partition_methods_keep_their_entry(name, seed):
+    g, c = training_instance(seed)
+    m = PARTITION[name]
+    if c.k == 0 and name in ("uniform", "parameters", "time"):
+        return
+    r = resolve(PARTITION, name)(g, c, time_limit=20.0, seed=0)
+    assert r.status in STATUSES
+    truth = _optimum(g, c, m.split)
+    if r.assignment is None:
+        assert r.status in ("infeasible", "time_limit")
+        assert not m.exact or r.status != "infeasible" or not math.isfinite(truth), name
+        return
+    ev = r.check()
+    assert r.objective == ev.max_load, name
+    if not ev.feasible:
+        assert r.status == "infeasible", name
+        return
+    assert ev.split in ALLOWED[m.split], (name, ev.split)
+    if m.exact:
+        assert r.status == "optimal" and math.isclose(r.objective, truth, rel_tol=1e-6, abs_tol=1e-9), (name, truth)
+    else:
+        assert r.status != "optimal", name
+        assert r.objective >= truth - 1e-9 * max(1.0, truth), name
+
+
+@pytest.mark.parametrize("name", sorted(n for n, m in PARTITION.items() if m.limit == "anytime"))
+def test_anytime_methods_answer_when_the_time_is_up(name):
+    g = layered(60 if name != "exhaustive" else 11, seed=2, width=4)  # 4^11 placements for exhaustive
+    c = Cluster(accelerators=3, cpus=1)
+    r = resolve(PARTITION, name)(g, c, time_limit=0.05, seed=0)
+    assert r.status in STATUSES
+    if PARTITION[name].exact and r.status == "time_limit" and r.objective is not None:
+        assert r.bound is None or r.bound <= r.objective + 1e-9
+
+
+@pytest.mark.parametrize("seed", SEEDS[:4])
+@pytest.mark.parametrize("name", sorted(BOUND))
+def test_bounds_stay_below_the_optimum_they_bound(name, seed):
+    g, c = training_instance(seed)
+    truth = _optimum(g, c, BOUND[name].split)
+    b = dl.bound(g, c, method=name, time_limit=5.0)
+    assert b.bound <= truth * (1 + 1e-6) + 1e-9, (name, b.bound, truth)
+    if BOUND[name].exact and b.status == "optimal" and math.isfinite(truth):
+        assert math.isclose(b.bound, truth, rel_tol=2e-6), (name, b.bound, truth)
+
+
+@pytest.mark.parametrize("name", sorted(LATENCY))
+def test_latency_methods_answer(name):
+    g = generate("series_parallel", 8, seed=1)
+    r = resolve(LATENCY, name)(g, Cluster(accelerators=2, cpus=1), time_limit=20.0, seed=0)
+    assert r.status in STATUSES and (r.status == "optimal") <= LATENCY[name].exact
+
+
+def test_the_package_root_runs_a_method_by_name(tmp_path):
+    from devplace_lite.io import save_graph
+
+    g = generate("layered", 10, seed=1)
+    path = tmp_path / "g.json"
+    save_graph(g, path)
+    r = dl.partition(path, dl.Cluster(accelerators=2))
+    assert r.status == "optimal" and r.method == "dp"
+    with pytest.raises(dl.UsageError, match="unknown method"):
+        dl.partition(g, dl.Cluster(accelerators=2), method="nope")
