@@ -369,7 +369,7 @@ def _os_message(e: OSError) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the exit status is 0 (answered), 2 (refused: one line on stderr), 130
-    (Ctrl-C) or 143 (SIGTERM)."""
+    (Ctrl-C), 141 (the reader of stdout went away, silently) or 143 (SIGTERM)."""
     started = time.monotonic()
     argv = list(sys.argv[1:] if argv is None else argv)
     status = 2
@@ -390,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = 143
         except MemoryError:
             message = "error: out of memory"
+        except BrokenPipeError:  # the reader left (`devplace ... | head`): not an error of the input
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+            return 141  # as a shell reports a process ended by SIGPIPE
         except OSError as e:
             message = f"error: {_os_message(e)}"
         print(f"devplace: {_one_line(message)}", file=sys.stderr)

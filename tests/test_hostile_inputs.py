@@ -373,6 +373,18 @@ def test_ctrl_c_is_one_line_and_130(tmp_path, graph):
     assert (p.returncode, stdout, err) == (130, "", "devplace: interrupted\n") and not out.exists()
 
 
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
+    """`devplace ... --json | head`: the closed pipe is not bad input; no message, status 141."""
+    g = tmp_path / "g.json"
+    save_graph(generate("layered", 12000, seed=0), g)  # an answer (~210 KB) well beyond a pipe's 64 KiB buffer
+    p = subprocess.Popen([sys.executable, "-m", "devplace_lite.cli", "partition", str(g), "--method", "time",
+                          "--bound-time", "0", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.read(1) == b"{"
+    p.stdout.close()
+    err = p.stderr.read()
+    assert (p.wait(timeout=120), err) == (141, b"")
+
+
 SCIP_READY = """
 import sys
 import pyscipopt
