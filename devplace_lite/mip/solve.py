@@ -269,7 +269,7 @@ def run_highs(h, time_limit: float | None = None, gap: float = 0.0) -> Solution:
 
     t0 = time.perf_counter()
     h.setOptionValue("time_limit", INF if time_limit is None else max(float(time_limit), 0.01))
-    h.run()
+    _run_interruptibly(h)
     st, info = h.getModelStatus(), h.getInfo()
     values = objective = None
     if info.primal_solution_status == 2:  # a feasible point is known
@@ -292,6 +292,21 @@ def run_highs(h, time_limit: float | None = None, gap: float = 0.0) -> Solution:
         bound = objective
     return Solution(status, values, objective, bound, time.perf_counter() - t0, "highs",
                     int(max(info.mip_node_count, 0)), None, stop)
+
+
+def _run_interruptibly(h) -> None:
+    """``h.run()`` in HiGHS's own thread, so that Ctrl-C (or SIGTERM) reaches Python at once: the
+    solve is cancelled, waited for, and the interrupt raised (HiGHS alone ignores it to the end)."""
+    h.HandleUserInterrupt = True  # lets cancelSolve stop the solver at its next callback
+    h.startSolve()
+    try:
+        while not h.wait(0.1)[0]:
+            pass
+    except BaseException:
+        h.cancelSolve()
+        while not h.wait(0.1)[0]:
+            pass
+        raise
 
 
 def _solve_scip(model: LinearModel, time_limit, gap, seed, threads, start, verbose) -> Solution:
