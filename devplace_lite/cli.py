@@ -260,16 +260,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_bound)
 
-    # plugins: only the one named on the command line is imported with its heavy dependencies
+    # plugins: only the one named on the command line is imported (with its heavy dependencies);
+    # all of them when none is named, for the help's list of commands
     wanted = next((a for a in (argv or []) if not a.startswith("-")), None)
     for name in _plugins():
-        mod = importlib.import_module(f"devplace_lite.commands.{name}")
         cmd = name.replace("_", "-")
+        if wanted not in (cmd, None):
+            sub.add_parser(cmd).add_argument("rest", nargs=argparse.REMAINDER)
+            continue
+        mod = importlib.import_module(f"devplace_lite.commands.{name}")
         s = sub.add_parser(cmd, help=mod.HELP)
-        if wanted == cmd or wanted is None:
-            mod.add_arguments(s)
-        else:
-            s.add_argument("rest", nargs=argparse.REMAINDER)
+        mod.add_arguments(s)
         s.set_defaults(func=mod.run)
     return p
 

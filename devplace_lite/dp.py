@@ -61,8 +61,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from .compiled import kernel
 from .cost import evaluate
 from .devices import Cluster
 from .graph import Graph
@@ -99,12 +99,18 @@ class _Units:
 def _units(poset: UnitGraph) -> _Units:
     hp, _, hw = poset.hyperedges
     inc_ptr, inc_he, inc_hi = poset.incidence
-    return _Units(poset.pa, poset.pc, poset.mem, poset.mem_core, poset.bad_acc.astype(np.int8),
-                  poset.bad_cpu.astype(np.int8), hw, np.diff(hp).astype(np.int32), inc_ptr,
-                  inc_he.astype(np.int32), inc_hi.astype(np.int32))
+    c = np.ascontiguousarray  # the exact types of the kernel's signature
+    return _Units(c(poset.pa, np.float64), c(poset.pc, np.float64), c(poset.mem, np.float64),
+                  c(poset.mem_core, np.float64), c(poset.bad_acc, np.int8), c(poset.bad_cpu, np.int8),
+                  c(hw, np.float64), c(np.diff(hp), np.int32), c(inc_ptr, np.int64), c(inc_he, np.int32),
+                  c(inc_hi, np.int32))
 
 
-@njit(cache=True, nogil=True)
+_V, _I, _B = "f8[::1]", "i8[::1]", "i1[::1]"  # the kernels' array types
+
+
+@kernel(f"i8(i8, i8, i8, {_I}, {_I}, {_I}, {_V}, {_V}, {_V}, {_V}, {_B}, {_B}, {_V}, i4[::1], {_I}, i4[::1], "
+        f"i4[::1], i8, i8, f8, f8, {_V}, {_V}, f8[:, :, ::1], i4[:, :, ::1], i1[:, :, ::1], {_I})")
 def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, bad_acc, bad_cpu,
             he_w, he_size, inc_ptr, inc_he, inc_hi, k, l, M, cap, absorb, pa_ideal, D, BJ, BT,
             stats):  # pragma: no cover
@@ -292,7 +298,7 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
     return I
 
 
-@njit(cache=True, nogil=True)
+@kernel(f"i8({_I}, {_I}, {_I}, i8)")
 def _count_pairs(mx_ptr, mx_unit, mx_child, U):  # pragma: no cover
     """Number of pairs J ⊊ I of ideals, by the same depth-first search as `_kernel`."""
     N = mx_ptr.shape[0] - 1
@@ -340,7 +346,8 @@ class _Table:
 
     @classmethod
     def of(cls, ideals: Ideals) -> "_Table":
-        return cls(ideals.masks, ideals.mx_ptr, ideals.mx_unit.astype(np.int64), ideals.mx_child.astype(np.int64))
+        return cls(ideals.masks, *(np.ascontiguousarray(a, dtype=np.int64)
+                                   for a in (ideals.mx_ptr, ideals.mx_unit, ideals.mx_child)))
 
 
 @dataclass
