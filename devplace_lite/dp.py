@@ -67,6 +67,7 @@ from .cost import evaluate
 from .devices import Cluster
 from .graph import Graph
 from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
+from .progress import Progress
 from .result import Result
 from .slicing import Slicer
 from .units import UnitGraph, unit_graph
@@ -74,8 +75,8 @@ from .units import UnitGraph, unit_graph
 # Relative slack on the pruning bound: sums of the same floats in another order may differ in
 # the last bits, and a part exactly at the bound must survive.
 _SLACK = 1e-9
-# Pairs handled per kernel call between two looks at the clock.
-_CHUNK_PAIRS = 4_000_000
+# Pairs handled per kernel call between two looks at the clock (and updates of the progress bar).
+_CHUNK_PAIRS = 1_000_000
 
 
 
@@ -396,13 +397,15 @@ def _solve(poset: UnitGraph, units: _Units, table: _Table, cluster: Cluster, cap
     absorb = _absorb(units, l_, bound)
     pa_ideal = np.zeros(N)
     i = 0
-    while i < N:
-        if deadline is not None and time.perf_counter() > deadline:
-            return _Run(math.inf, None, int(stats[0]), int(stats[2]), False, not stats[1])
-        i = _kernel(i, N, _CHUNK_PAIRS, table.mx_ptr, table.mx_unit, table.mx_child, units.pa, units.pc,
-                    units.mem, units.mem_core, units.bad_acc, units.bad_cpu, units.he_w, units.he_size,
-                    units.inc_ptr, units.inc_he, units.inc_hi, k, l_, M, bound, absorb, pa_ideal, D, BJ, BT,
-                    stats)
+    with Progress(N, "dp", "ideal") as bar:
+        while i < N:
+            if deadline is not None and time.perf_counter() > deadline:
+                return _Run(math.inf, None, int(stats[0]), int(stats[2]), False, not stats[1])
+            i = _kernel(i, N, _CHUNK_PAIRS, table.mx_ptr, table.mx_unit, table.mx_child, units.pa, units.pc,
+                        units.mem, units.mem_core, units.bad_acc, units.bad_cpu, units.he_w, units.he_size,
+                        units.inc_ptr, units.inc_he, units.inc_hi, k, l_, M, bound, absorb, pa_ideal, D, BJ, BT,
+                        stats)
+            bar.update(i)
     value = float(D[N - 1, l_, k])
     if not math.isfinite(value):
         return _Run(value, None, int(stats[0]), int(stats[2]), True, not stats[1])
