@@ -76,7 +76,7 @@ class Kernel:
     def _resolve(self) -> None:
         impl = getattr(_aot_module(), self.export_name, None)
         if impl is not None:
-            self._impl, self.mode = impl, "aot"
+            self._impl, self.mode = _checked(impl, self.__name__, _array_args(self.signature)), "aot"
         else:
             self._impl, self.mode = self.jit(), "jit"
 
@@ -85,6 +85,51 @@ class Kernel:
         from numba import njit
 
         return njit(cache=True, nogil=True)(self.py_func)
+
+
+_DTYPES = {"b1": "bool", "i1": "int8", "i4": "int32", "i8": "int64", "f8": "float64"}
+
+
+def _array_args(signature: str) -> list[tuple[int, str, int, bool]]:
+    """``(position, dtype, ndim, C-contiguous)`` of each array argument of a numba signature
+    such as ``"i8(f8[::1], i8, f8[:, :, ::1])"``."""
+    depth, start = 0, len(signature)
+    for i in range(len(signature) - 1, -1, -1):  # the parenthesis that opens the argument list
+        depth += {")": 1, "(": -1}.get(signature[i], 0)
+        if depth == 0:
+            start = i
+            break
+    args, depth, cur = [], 0, ""
+    for ch in signature[start + 1:-1] + ",":
+        if ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+            continue
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        cur += ch
+    out = []
+    for pos, a in enumerate(args):
+        if "[" in a:
+            base, dims = a[:-1].split("[")
+            dims = [d.strip() for d in dims.split(",")]
+            out.append((pos, _DTYPES[base.strip()], len(dims), dims[-1] == "::1"))
+    return out
+
+
+def _checked(impl: Callable, name: str, arrays: list[tuple[int, str, int, bool]]) -> Callable:
+    """``impl`` refusing arrays of another type: compiled code ahead of time does not check them
+    and would read their memory as the signature's type (garbage, or a crash)."""
+
+    def call(*args: Any) -> Any:
+        for pos, dtype, ndim, contiguous in arrays:
+            a = args[pos]
+            if not (getattr(a, "dtype", None) == dtype and a.ndim == ndim and (a.flags.c_contiguous or not contiguous)):
+                raise TypeError(f"{name}: argument {pos} must be a {'C-contiguous ' if contiguous else ''}"
+                                f"{ndim}-d {dtype} array, not {getattr(a, 'dtype', type(a).__name__)} "
+                                f"{getattr(a, 'shape', '')}")
+        return impl(*args)
+
+    return call
 
 
 REGISTRY: dict[str, Kernel] = {}

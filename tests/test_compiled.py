@@ -84,3 +84,21 @@ def test_a_small_partition_imports_neither_numba_nor_scipy(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stderr.strip().splitlines()[-1] == "[]"
     assert '"status": "optimal"' in p.stdout
+
+
+def test_arrays_of_another_type_are_refused_not_misread():
+    """Code compiled ahead of time does not check its arrays: the wrapper must, or an int32
+    array would be read as int64 (garbage or a crash). The JIT compiles another version."""
+    good = (np.arange(5.0), np.zeros(5, dtype=np.int64), np.zeros(5), 1e9, 3.0)
+    assert slicing._block_ends(*good).tolist() == [3, 4, 5, 5]
+    if not compiled._aot_module():
+        pytest.skip("kernels not compiled ahead of time")
+    with pytest.raises(TypeError, match="argument 1 must be a C-contiguous 1-d int64 array"):
+        slicing._block_ends(good[0], np.zeros(5, dtype=np.int32), *good[2:])
+    with pytest.raises(TypeError, match="argument 0"):
+        slicing._block_ends(np.arange(10.0)[::2], *good[1:])
+
+
+def test_the_signature_parser_finds_every_array_argument():
+    assert compiled._array_args("Tuple((f8[:, :, ::1], i1[::1]))(i8, f8[::1], i4[:, :], b1)") == \
+        [(1, "float64", 1, True), (2, "int32", 2, False)]
