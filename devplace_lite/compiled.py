@@ -183,8 +183,7 @@ def build(output_dir: str | None = None) -> str:
 
 
 if __name__ == "__main__":
-    from devplace_lite import compiled  # the module the kernels registered with, not __main__
-
+    compiled = importlib.import_module("devplace_lite.compiled")  # where kernels register (not __main__)
     try:
         print(f"compiled the kernels into {compiled.build()}", file=sys.stderr)
     except Exception as e:  # noqa: BLE001 - any failure leaves the JIT in charge, which is correct
