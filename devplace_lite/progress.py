@@ -56,7 +56,7 @@ class Progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=self.total, initial=done, desc=self.desc, unit=self.unit, file=sys.stderr,
-                            leave=False, dynamic_ncols=True, unit_scale=True)
+                            leave=False, dynamic_ncols=True, unit_scale=self.total >= 10_000)
         else:
             self.bar.update(done - self.bar.n)
 
