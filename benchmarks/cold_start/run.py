@@ -165,7 +165,12 @@ def main(argv: list[str] | None = None) -> None:
     files = [p for p in sorted(REFERENCE.glob("*/*.json")) if not args.only or args.only in str(p)]
     tmp = Path(tempfile.mkdtemp(prefix="devplace-authors-"))
     try:
-        binary = Path(args.authors) if args.authors else build_authors(args.source, tmp)
+        try:
+            binary = Path(args.authors) if args.authors else build_authors(args.source, tmp)
+        except (OSError, subprocess.CalledProcessError) as e:  # no network, git or g++: nothing to compare with
+            print(f"cold_start: could not build the authors' DP from {args.source} ({e}); "
+                  f"give a built one with --authors", file=sys.stderr)
+            return
         load_before = os.getloadavg()
         pairs: dict[str, list[tuple[dict, dict]]] = {}
         for rnd in range(args.rounds):
