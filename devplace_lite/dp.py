@@ -222,13 +222,17 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
                             fixed[e] = -1
                     continue
                 pairs += 1
+                # D[J, c, f] is inf where J's work cannot fit f accelerators and c cores within
+                # cap (the first test of rel, the same float expression): testing pa_ideal[J]
+                # (small, cached) spares reading D[J] (large, mostly not) for updates that cannot take
+                wJ = pa_ideal[J]
                 if acc_ok:
                     load = npa + ncm
                     if load <= cap:
                         stats[2] += 1
                         for c in range(l + 1):
                             for f in range(1, k + 1):
-                                if not rel[c, f]:
+                                if not rel[c, f] or wJ > (f - 1) * cap + absorb[c] + tol:
                                     continue
                                 v = D[J, c, f - 1]
                                 if v < load:
@@ -241,7 +245,7 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
                     load = npc
                     for c in range(1, l + 1):
                         for f in range(k + 1):
-                            if not rel[c, f]:
+                            if not rel[c, f] or wJ > f * cap + absorb[c - 1] + tol:
                                 continue
                             v = D[J, c - 1, f]
                             if v < load:
