@@ -36,7 +36,11 @@ How it is fast (every cut keeps the optimum):
 * **Incremental scoring.** Each producer's hyperedge (its unit and its consumers' units)
   keeps a count of members in ``S``; adding a unit updates the communication term in time
   proportional to its degree, never ``O(n)`` per pair.
-* **A compiled kernel.** The search and the ``(k+1)(l+1)`` updates per pair run in numba.
+* **Reads that cannot matter skipped.** A state of ``J`` whose work cannot fit within ``T``
+  holds ``inf``; the kernel tests ``J``'s work (one small array) before it reads ``J``'s row of
+  ``D`` (a large table, and on big posets the main cost of the kernel).
+* **A compiled kernel.** The search and the ``(k+1)(l+1)`` updates per pair run in numba,
+  compiled ahead of time at install (`devplace_lite.compiled`).
 
 Complexity: ``O(P (d + kl))`` for ``P`` visited pairs (at most the nested pairs of ideals) and
 average unit degree ``d``; memory ``O(N k l)`` for ``N`` ideals.
