@@ -18,14 +18,21 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[all]"
 	touch $(STAMP)
 
-install: $(STAMP)
+# The compiled kernels, ahead of time for this CPU (devplace_lite/compiled.py): a command then
+# never imports numba. Without a C compiler this prints a note and the kernels use numba's JIT.
+AOT := $(VENV)/.aot-stamp
+$(AOT): $(STAMP) devplace_lite/compiled.py devplace_lite/dp.py devplace_lite/slicing.py
+	$(BIN)/python -m devplace_lite.compiled
+	touch $@
+
+install: $(STAMP) $(AOT)
 
 build/notebooks/%.ipynb: chapters/%.md $(STAMP)
 	@mkdir -p build/notebooks
 	$(BIN)/jupytext --quiet --to ipynb --output $@ $<
 
 # Unit, property, CLI tests and every chapter (FAST mode), two workers.
-test: $(STAMP) $(NOTEBOOKS)
+test: $(STAMP) $(AOT) $(NOTEBOOKS)
 	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests $(NOTEBOOKS) --nbval-lax --nbval-current-env -p no:cacheprovider
 
 test-unit: $(STAMP)
@@ -83,7 +90,7 @@ lab-student: student
 data: $(STAMP)
 	$(BIN)/python -m devplace_lite.data_build data/graphs
 
-bench: $(STAMP)
+bench: $(STAMP) $(AOT)
 	$(BIN)/python -m benchmarks.run_all
 
 clean:

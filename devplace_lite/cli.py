@@ -10,7 +10,8 @@ Errors: one line on stderr naming the problem, exit status 2, no traceback. Ctrl
 after removing what was half-written. While a command runs, file descriptor 1 points at
 /dev/null and only the command's own answer reaches stdout (`_stdout_for_answers`): a solver's
 console output cannot break a ``--json`` answer. ``--time-limit`` is the wall time of the whole
-command, from the start of `main` (see `_solve`).
+command, from the start of `main` (see `_solve`). A run that lasts more than two seconds shows a
+progress bar on stderr (`devplace_lite.progress`), unless ``--quiet``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import methods, options
+from . import methods, options, progress
 from .commands import emit, print_json
 from .cost import evaluate
 from .errors import ClusterError, DevplaceError, UsageError
@@ -205,6 +206,11 @@ def _plugins() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
 
 
+def _quiet(s: argparse.ArgumentParser) -> None:
+    s.add_argument("-q", "--quiet", action="store_true",
+                   help=f"no progress bar (otherwise one appears on stderr once a run lasts {progress.DELAY:g} s)")
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="devplace", description="Place the operators of a DNN graph on devices.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -243,6 +249,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         s.add_argument("--seed", type=options.SEED, default=0, help="seed of randomised methods (0..2^32-1, default 0)")
         s.add_argument("--out", help="also write the JSON answer to this file (atomically; not an input)")
         s.add_argument("--json", action="store_true")
+        _quiet(s)
         if name == "partition":
             s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=BOUND_TIME, metavar="S",
                            help=f"seconds for the library's best lower bound behind the gap field, run after a "
@@ -258,18 +265,20 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--time-limit", type=options.SECONDS, metavar="S",
                    help="wall seconds for the whole command (default: the method's own; 10 for best)")
     s.add_argument("--json", action="store_true")
+    _quiet(s)
     s.set_defaults(func=cmd_bound)
 
-    # plugins: only the one named on the command line is imported with its heavy dependencies
+    # plugins: only the one named on the command line is imported (with its heavy dependencies);
+    # all of them when none is named, for the help's list of commands
     wanted = next((a for a in (argv or []) if not a.startswith("-")), None)
     for name in _plugins():
-        mod = importlib.import_module(f"devplace_lite.commands.{name}")
         cmd = name.replace("_", "-")
+        if wanted not in (cmd, None):
+            sub.add_parser(cmd).add_argument("rest", nargs=argparse.REMAINDER)
+            continue
+        mod = importlib.import_module(f"devplace_lite.commands.{name}")
         s = sub.add_parser(cmd, help=mod.HELP)
-        if wanted == cmd or wanted is None:
-            mod.add_arguments(s)
-        else:
-            s.add_argument("rest", nargs=argparse.REMAINDER)
+        mod.add_arguments(s)
         s.set_defaults(func=mod.run)
     return p
 
@@ -378,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser(argv).parse_args(argv)
             args.started = started
             _check_outputs(args)
-            with _stdout_for_answers():
+            with _stdout_for_answers(), progress.shown(not getattr(args, "quiet", False)):
                 return int(args.func(args) or 0)
         except DevplaceError as e:
             message = f"error: {e}"

@@ -31,6 +31,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+#: Vertices plus arcs up to which `strong_components` first tries a pure-Python acyclicity test.
+_SMALL = 100_000
+
 
 def topological_order(succ: Sequence[Sequence[int]], key: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
     """Vertices in an order every arc follows, the ready vertex of least ``(key, number)`` first.
@@ -67,13 +70,18 @@ def topological_order(succ: Sequence[Sequence[int]], key: Sequence[float] | np.n
 def strong_components(n: int, arcs: Iterable[tuple[int, int]] | np.ndarray) -> np.ndarray:
     """Strongly connected component of each of the ``n`` vertices, numbered ``0, 1, ...`` in
     order of each component's least vertex."""
-    # scipy.sparse.csgraph takes a second to import: only the unit model needs it, not the evaluator
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import connected_components
-
     a = np.asarray(list(arcs) if not isinstance(arcs, np.ndarray) else arcs, dtype=np.int64).reshape(-1, 2)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    if n + len(a) <= _SMALL:  # scipy.sparse.csgraph takes ~0.3 s to import: skip it for a small DAG
+        succ: list[list[int]] = [[] for _ in range(n)]
+        for u, w in a.tolist():
+            succ[u].append(w)
+        if len(topological_order(succ)) == n:  # acyclic: every vertex is its own component
+            return np.arange(n, dtype=np.int64)
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
     adj = csr_matrix((np.ones(len(a)), (a[:, 0], a[:, 1])), shape=(n, n))
     _, comp = connected_components(adj, directed=True, connection="strong")
     _, first = np.unique(comp, return_index=True)

@@ -36,7 +36,11 @@ How it is fast (every cut keeps the optimum):
 * **Incremental scoring.** Each producer's hyperedge (its unit and its consumers' units)
   keeps a count of members in ``S``; adding a unit updates the communication term in time
   proportional to its degree, never ``O(n)`` per pair.
-* **A compiled kernel.** The search and the ``(k+1)(l+1)`` updates per pair run in numba.
+* **Reads that cannot matter skipped.** A state of ``J`` whose work cannot fit within ``T``
+  holds ``inf``; the kernel tests ``J``'s work (one small array) before it reads ``J``'s row of
+  ``D`` (a large table, and on big posets the main cost of the kernel).
+* **A compiled kernel.** The search and the ``(k+1)(l+1)`` updates per pair run in numba,
+  compiled ahead of time at install (`devplace_lite.compiled`).
 
 Complexity: ``O(P (d + kl))`` for ``P`` visited pairs (at most the nested pairs of ideals) and
 average unit degree ``d``; memory ``O(N k l)`` for ``N`` ideals.
@@ -61,12 +65,13 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from .compiled import kernel
 from .cost import evaluate
 from .devices import Cluster
 from .graph import Graph
 from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
+from .progress import Progress
 from .result import Result
 from .slicing import Slicer
 from .units import UnitGraph, unit_graph
@@ -74,8 +79,8 @@ from .units import UnitGraph, unit_graph
 # Relative slack on the pruning bound: sums of the same floats in another order may differ in
 # the last bits, and a part exactly at the bound must survive.
 _SLACK = 1e-9
-# Pairs handled per kernel call between two looks at the clock.
-_CHUNK_PAIRS = 4_000_000
+# Pairs handled per kernel call between two looks at the clock (and updates of the progress bar).
+_CHUNK_PAIRS = 1_000_000
 
 
 
@@ -99,12 +104,18 @@ class _Units:
 def _units(poset: UnitGraph) -> _Units:
     hp, _, hw = poset.hyperedges
     inc_ptr, inc_he, inc_hi = poset.incidence
-    return _Units(poset.pa, poset.pc, poset.mem, poset.mem_core, poset.bad_acc.astype(np.int8),
-                  poset.bad_cpu.astype(np.int8), hw, np.diff(hp).astype(np.int32), inc_ptr,
-                  inc_he.astype(np.int32), inc_hi.astype(np.int32))
+    c = np.ascontiguousarray  # the exact types of the kernel's signature
+    return _Units(c(poset.pa, np.float64), c(poset.pc, np.float64), c(poset.mem, np.float64),
+                  c(poset.mem_core, np.float64), c(poset.bad_acc, np.int8), c(poset.bad_cpu, np.int8),
+                  c(hw, np.float64), c(np.diff(hp), np.int32), c(inc_ptr, np.int64), c(inc_he, np.int32),
+                  c(inc_hi, np.int32))
 
 
-@njit(cache=True, nogil=True)
+_V, _I, _B = "f8[::1]", "i8[::1]", "i1[::1]"  # the kernels' array types
+
+
+@kernel(f"i8(i8, i8, i8, {_I}, {_I}, {_I}, {_V}, {_V}, {_V}, {_V}, {_B}, {_B}, {_V}, i4[::1], {_I}, i4[::1], "
+        f"i4[::1], i8, i8, f8, f8, {_V}, {_V}, f8[:, :, ::1], i4[:, :, ::1], i1[:, :, ::1], {_I})")
 def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, bad_acc, bad_cpu,
             he_w, he_size, inc_ptr, inc_he, inc_hi, k, l, M, cap, absorb, pa_ideal, D, BJ, BT,
             stats):  # pragma: no cover
@@ -215,13 +226,17 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
                             fixed[e] = -1
                     continue
                 pairs += 1
+                # D[J, c, f] is inf where J's work cannot fit f accelerators and c cores within
+                # cap (the first test of rel, the same float expression): testing pa_ideal[J]
+                # (small, cached) spares reading D[J] (large, mostly not) for updates that cannot take
+                wJ = pa_ideal[J]
                 if acc_ok:
                     load = npa + ncm
                     if load <= cap:
                         stats[2] += 1
                         for c in range(l + 1):
                             for f in range(1, k + 1):
-                                if not rel[c, f]:
+                                if not rel[c, f] or wJ > (f - 1) * cap + absorb[c] + tol:
                                     continue
                                 v = D[J, c, f - 1]
                                 if v < load:
@@ -234,7 +249,7 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
                     load = npc
                     for c in range(1, l + 1):
                         for f in range(k + 1):
-                            if not rel[c, f]:
+                            if not rel[c, f] or wJ > f * cap + absorb[c - 1] + tol:
                                 continue
                             v = D[J, c - 1, f]
                             if v < load:
@@ -292,7 +307,7 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
     return I
 
 
-@njit(cache=True, nogil=True)
+@kernel(f"i8({_I}, {_I}, {_I}, i8)")
 def _count_pairs(mx_ptr, mx_unit, mx_child, U):  # pragma: no cover
     """Number of pairs J ⊊ I of ideals, by the same depth-first search as `_kernel`."""
     N = mx_ptr.shape[0] - 1
@@ -340,7 +355,8 @@ class _Table:
 
     @classmethod
     def of(cls, ideals: Ideals) -> "_Table":
-        return cls(ideals.masks, ideals.mx_ptr, ideals.mx_unit.astype(np.int64), ideals.mx_child.astype(np.int64))
+        return cls(ideals.masks, *(np.ascontiguousarray(a, dtype=np.int64)
+                                   for a in (ideals.mx_ptr, ideals.mx_unit, ideals.mx_child)))
 
 
 @dataclass
@@ -389,13 +405,15 @@ def _solve(poset: UnitGraph, units: _Units, table: _Table, cluster: Cluster, cap
     absorb = _absorb(units, l_, bound)
     pa_ideal = np.zeros(N)
     i = 0
-    while i < N:
-        if deadline is not None and time.perf_counter() > deadline:
-            return _Run(math.inf, None, int(stats[0]), int(stats[2]), False, not stats[1])
-        i = _kernel(i, N, _CHUNK_PAIRS, table.mx_ptr, table.mx_unit, table.mx_child, units.pa, units.pc,
-                    units.mem, units.mem_core, units.bad_acc, units.bad_cpu, units.he_w, units.he_size,
-                    units.inc_ptr, units.inc_he, units.inc_hi, k, l_, M, bound, absorb, pa_ideal, D, BJ, BT,
-                    stats)
+    with Progress(N, "dp", "ideal") as bar:
+        while i < N:
+            if deadline is not None and time.perf_counter() > deadline:
+                return _Run(math.inf, None, int(stats[0]), int(stats[2]), False, not stats[1])
+            i = _kernel(i, N, _CHUNK_PAIRS, table.mx_ptr, table.mx_unit, table.mx_child, units.pa, units.pc,
+                        units.mem, units.mem_core, units.bad_acc, units.bad_cpu, units.he_w, units.he_size,
+                        units.inc_ptr, units.inc_he, units.inc_hi, k, l_, M, bound, absorb, pa_ideal, D, BJ, BT,
+                        stats)
+            bar.update(i)
     value = float(D[N - 1, l_, k])
     if not math.isfinite(value):
         return _Run(value, None, int(stats[0]), int(stats[2]), True, not stats[1])

@@ -31,8 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from .dag import transitive_closure
 from .errors import LimitError
@@ -169,6 +167,9 @@ def count_ideals(graph: Graph | UnitGraph, limit: int = DEFAULT_LIMIT) -> int | 
 def width(graph: Graph | UnitGraph) -> int:
     """Size of the largest antichain of the unit graph (Dilworth's theorem: units minus a
     maximum matching between "u before w" pairs)."""
+    from scipy.sparse import csr_matrix  # here: the DP itself never needs scipy
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
     poset = _poset(graph)
     if poset.size == 0:
         return 0

@@ -33,8 +33,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
+from .compiled import kernel
 from .dag import topological_order
 from .devices import Cluster
 from .errors import GraphError, UsageError
@@ -44,7 +44,7 @@ from .units import UnitGraph, free_nodes, unit_graph
 _SKIP_ACC, _SKIP_CPU, _ACC, _CPU = 0, 1, 2, 3
 
 
-@njit(cache=True)
+@kernel("i8[::1](f8[::1], i8[::1], f8[::1], f8, f8)")
 def _block_ends(prefix: np.ndarray, ok_prefix: np.ndarray, mem_prefix: np.ndarray, cap: float,
                 cutoff: float) -> np.ndarray:
     """For each start ``i``, one past the last end ``j`` whose block is allowed and whose work
@@ -63,7 +63,7 @@ def _block_ends(prefix: np.ndarray, ok_prefix: np.ndarray, mem_prefix: np.ndarra
     return end
 
 
-@njit(cache=True)
+@kernel("void(i8[::1], f8[::1], i8[::1], i8[::1], i8[::1], f8[::1], i8[::1], i8[::1], f8[::1], i8[::1])")
 def _acc_costs(order, pa, inc_ptr, inc_h, h_size, h_cost, end, offs, out, cnt):
     """Load of every kept accelerator block ``[i, j)``: work plus each crossing hyperedge."""
     for i in range(len(order)):
@@ -89,7 +89,8 @@ def _acc_costs(order, pa, inc_ptr, inc_h, h_size, h_cost, end, offs, out, cnt):
                 cnt[inc_h[e]] = 0
 
 
-@njit(cache=True)
+@kernel("Tuple((f8[:, :, ::1], i1[:, :, ::1], i8[:, :, ::1]))(i8, i8, i8, i8[::1], i8[::1], f8[::1], f8[::1], "
+        "i8[::1], f8)")
 def _dp(U, k, l, acc_end, acc_offs, acc_cost, cpu_prefix, cpu_end, cutoff):
     """``F[a, c, j]``, with the move that reached each state (kind, start)."""
     F = np.full((k + 1, l + 1, U + 1), np.inf)
@@ -149,13 +150,14 @@ class Slicer:
             units = unit_graph(graph, fold=free)
         self.units = u = units
         self.cap = float(cluster.memory) if math.isfinite(cluster.memory) else np.inf
-        self.pa, self.mem = u.pa.astype(float), u.mem.astype(float)
+        self.pa, self.mem = u.pa.astype(np.float64), u.mem.astype(np.float64)
         self.acc_bad = (u.bad_acc | (u.mem > self.cap) | (cluster.k == 0)).astype(np.int64)
         self.cpu_bad = (u.bad_cpu | (cluster.l == 0)).astype(np.int64)
         self.pc = np.where(self.cpu_bad, 0.0, u.pc)
-        hp, _, self.h_cost = u.hyperedges
+        hp, _, h_cost = u.hyperedges
+        self.h_cost = np.ascontiguousarray(h_cost, dtype=np.float64)
         self.h_size = np.diff(hp).astype(np.int64)
-        self.inc_ptr, self.inc_h, _ = u.incidence
+        self.inc_ptr, self.inc_h = (np.ascontiguousarray(a, dtype=np.int64) for a in u.incidence[:2])
         self._cnt = np.zeros(max(len(self.h_cost), 1), dtype=np.int64)
 
     def order_from_keys(self, keys: np.ndarray) -> np.ndarray:
@@ -165,7 +167,7 @@ class Slicer:
     def slice(self, order: np.ndarray, cutoff: float = math.inf) -> tuple[float, np.ndarray | None]:
         """Best max-load of slicing the unit order, and each unit's device; ``(inf, None)`` when
         no slicing beats ``cutoff`` (or none is feasible)."""
-        order = np.asarray(order, dtype=np.int64)
+        order = np.ascontiguousarray(order, dtype=np.int64)
         U, k, l_ = len(order), self.cluster.k, self.cluster.l
         zero = np.zeros(1)
         pa_pre = np.concatenate([zero, np.cumsum(self.pa[order])])

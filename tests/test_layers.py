@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parent.parent / "devplace_lite"
 
 # lowest first; a module's layer is that of its longest listed prefix
 LAYERS = [
-    {"errors", "dag", "files"},                          # no dependency inside the package
+    {"errors", "dag", "files", "compiled", "progress"},  # no dependency inside the package
     {"graph", "devices"},                                # the data model
     {"units"},                                           # the one unit model
     {"cost"},                                            # the one cost model

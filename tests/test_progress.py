@@ -1,0 +1,64 @@
+"""Progress bars (`devplace_lite.progress`): on stderr for long CLI runs, never on stdout, off
+with --quiet, silent in the library. "Long" is made zero seconds here so no test waits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from devplace_lite import progress
+from devplace_lite.cli import main
+from devplace_lite.devices import Cluster
+from devplace_lite.dp import dp
+from devplace_lite.generators import generate
+from devplace_lite.io import save_graph
+
+
+@pytest.fixture
+def graph_file(tmp_path):
+    p = tmp_path / "g.json"
+    save_graph(generate("layered", 40, seed=2, training=True), p)
+    return p
+
+
+@pytest.fixture
+def no_delay(monkeypatch):
+    monkeypatch.setattr(progress, "DELAY", 0.0)
+
+
+def test_a_long_dp_run_shows_a_bar_on_stderr_and_keeps_json_clean(capsys, graph_file, no_delay):
+    assert main(["partition", str(graph_file), "--method", "dp", "-k", "3", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["status"] == "optimal"  # stdout holds the answer and nothing else
+    assert "dp:" in err and "ideal" in err
+
+
+def test_quiet_turns_the_bar_off(capsys, graph_file, no_delay):
+    assert main(["partition", str(graph_file), "--method", "dp", "-k", "3", "--json", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["status"] == "optimal"
+    assert err == ""
+
+
+def test_text_answers_get_the_bar_on_stderr_too(capsys, graph_file, no_delay):
+    assert main(["partition", str(graph_file), "--method", "dp", "-k", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("dp: objective") and "ideal" not in out
+    assert "dp:" in err
+
+
+def test_the_library_is_silent_unless_asked(capsys, no_delay):
+    g = generate("layered", 40, seed=2)
+    dp(g, Cluster(accelerators=3))
+    assert capsys.readouterr().err == ""
+    with progress.shown():
+        dp(g, Cluster(accelerators=3))
+    assert "dp:" in capsys.readouterr().err
+
+
+def test_a_short_run_shows_nothing(capsys, graph_file):
+    assert progress.DELAY >= 1.0  # a 40-node graph takes milliseconds once the kernels are loaded
+    dp(generate("layered", 8, seed=0), Cluster(accelerators=2))
+    assert main(["partition", str(graph_file), "--method", "dp", "-k", "3", "--json"]) == 0
+    assert capsys.readouterr().err == ""
