@@ -226,7 +226,7 @@ def brkga(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, se
             a = pop[rng.integers(n_elite)]
             b = pop[n_elite + rng.integers(population - n_elite)]
             children.append(np.where(rng.random(U) < rho, a, b))
-        new = np.concatenate([np.array(children).reshape(-1, U), rng.random((n_mut, U))])
+        new = np.concatenate([np.array(children).reshape(len(children), U), rng.random((n_mut, U))])
         new_fit = np.full(len(new), math.inf)
         for i in range(len(new)):
             new_fit[i] = evaluate_row(new[i], cutoff)

@@ -119,6 +119,8 @@ def combinatorial_bound(graph: Graph, cluster: Cluster, *, time_limit: float | N
     the knapsack bound, valid for any split, with or without CPU cores and memory caps (a
     memory cap only forbids units bigger than it on accelerators)."""
     t0 = time.perf_counter()
+    if graph.n == 0:  # nothing to place: every device idles, and 0 is the optimum
+        return Bound(0.0, "combinatorial", time.perf_counter() - t0, "optimal", kind="any")
     model = UnitModel(graph, cluster, chain=False)
     nb = neighbourhood(model)
     pc = np.where(model.cpu_ok, model.pc, np.nan)
