@@ -15,7 +15,8 @@ All but the last two cut one order into contiguous blocks: the units of
 `devplace_lite.units.unit_graph` (colocation classes, stand-ins for backward-only classes, fused
 where the order ties them in a cycle) in their topological numbering, so they give
 chain-of-ideals splits that can run as a pipeline. Each returns a `Result` scored by the evaluator; a split that breaks
-a memory cap or places an op where it cannot run comes back with status ``infeasible``.
+a memory cap or places an op where it cannot run comes back with status ``unknown`` (``infeasible``
+only when no placement at all fits, `devplace_lite.result.no_feasible_status`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .devices import Cluster
 from .exhaustive import batch_loads, exhaustive
 from .errors import UsageError
 from .graph import Graph
-from .result import Result
+from .result import Result, no_feasible_status
 from .units import UnitGraph, unit_graph
 
 
@@ -44,7 +45,7 @@ def _assign_blocks(units: UnitGraph, cluster: Cluster, block_of_unit: np.ndarray
 
 def _result(name: str, graph: Graph, cluster: Cluster, a: np.ndarray, t0: float, **extra) -> Result:
     ev = evaluate(graph, cluster, a)
-    status = "feasible" if ev.feasible else "infeasible"
+    status = "feasible" if ev.feasible else no_feasible_status(graph, cluster)
     if not ev.feasible:
         extra["violations"] = ev.violations
     return Result(name, graph, cluster, a, ev.max_load, status, time.perf_counter() - t0, extra=extra)
@@ -170,7 +171,7 @@ def random_best_of(graph: Graph, cluster: Cluster, *, time_limit: float | None =
         if worst[i] < best_val:
             best_val, best = float(worst[i]), A[i].copy()
     if best is None:
-        return Result("random", graph, cluster, None, None, "infeasible", time.perf_counter() - t0,
+        return Result("random", graph, cluster, None, None, no_feasible_status(graph, cluster), time.perf_counter() - t0,
                       extra={"samples": tried})
     return _result("random", graph, cluster, best, t0, samples=tried)
 

@@ -160,9 +160,10 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
 def _certify(res, seconds: float) -> None:
     """Raise ``res.bound`` to the best bound the library proves in ``seconds``, so that the
     answer's ``gap`` says how far from optimal it can be. Skipped when the method proved
-    optimality itself (no solver runs twice) or no time is left. A chain split is measured
-    against the chain optimum, any other split against the optimum over all placements."""
-    if res.status == "optimal" or res.assignment is None or seconds <= 0:
+    optimality itself (no solver runs twice), found no feasible placement (an infeasible split's
+    load bounds nothing) or no time is left. A chain split is measured against the chain
+    optimum, any other split against the optimum over all placements."""
+    if res.status not in ("feasible", "time_limit") or res.assignment is None or seconds <= 0:
         return
     from .bounds.best import best_bound
 

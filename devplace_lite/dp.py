@@ -67,7 +67,7 @@ from .cost import evaluate
 from .devices import Cluster
 from .graph import Graph
 from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
-from .result import Result
+from .result import Result, no_feasible_status
 from .slicing import Slicer
 from .units import UnitGraph, unit_graph
 
@@ -485,7 +485,7 @@ def linear(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, s
     t0 = time.perf_counter()
     poset = unit_graph(graph, fold=True)
     a = _sliced(graph, cluster, poset)
-    return _result("linear", graph, cluster, a, "feasible" if a is not None else "infeasible", t0, None,
+    return _result("linear", graph, cluster, a, "feasible" if a is not None else no_feasible_status(graph, cluster), t0, None,
                    {"units": poset.size})
 
 
@@ -598,5 +598,5 @@ def pipedream(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
     t0 = time.perf_counter()
     poset = unit_graph(graph, fold=True)
     plan = _pipedream_plan(poset, _units(poset), cluster)
-    status = "feasible" if plan is not None else "infeasible"
+    status = "feasible" if plan is not None else no_feasible_status(graph, cluster)
     return _result("pipedream", graph, cluster, plan, status, t0, None, {"units": poset.size})
