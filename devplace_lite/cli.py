@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -379,7 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser(argv).parse_args(argv)
             args.started = started
             _check_outputs(args)
-            with _stdout_for_answers():
+            with _stdout_for_answers(), warnings.catch_warnings():
+                # numpy's notes on inf - inf and empty slices are not part of any answer
+                warnings.simplefilter("ignore", RuntimeWarning)
                 return int(args.func(args) or 0)
         except DevplaceError as e:
             message = f"error: {e}"

@@ -32,7 +32,7 @@ def unplaceable(graph: Graph, cluster: Cluster) -> str | None:
     >>> from devplace_lite.graph import Node
     >>> g = Graph([Node("a", p_acc=1, p_cpu=4, memory=10)], [])
     >>> unplaceable(g, Cluster(accelerators=1, memory=5))
-    'node a fits on no device (accelerators: unsupported or over the memory cap; no CPU core may run it)'
+    'node a fits on no device (its class needs 10 bytes, over the cap of 5; the cluster has no CPU core)'
     >>> unplaceable(g, Cluster(accelerators=1, cpus=1, memory=5)) is None
     True
     """
@@ -47,8 +47,12 @@ def unplaceable(graph: Graph, cluster: Cluster) -> str | None:
     bad = np.flatnonzero(~(acc | cpu)[cls])
     if not len(bad):
         return None
-    return (f"node {graph.nodes[bad[0]].id} fits on no device (accelerators: unsupported or over the memory "
-            f"cap; no CPU core may run it)")
+    v = int(bad[0])
+    why_acc = ("the cluster has no accelerator" if not cluster.k else
+               "not supported on accelerators" if not graph.supported[cls == cls[v]].all() else
+               f"its class needs {mem[cls[v]]:.0f} bytes, over the cap of {cluster.memory:.0f}")
+    why_cpu = "the cluster has no CPU core" if not cluster.l else "no CPU time"
+    return f"node {graph.nodes[v].id} fits on no device ({why_acc}; {why_cpu})"
 
 
 def no_feasible_status(graph: Graph, cluster: Cluster) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 from ..cost import evaluate
 from ..devices import Cluster
 from ..graph import Graph
-from ..result import Result, no_feasible_status
+from ..result import Result, no_feasible_status, unplaceable
 
 
 def finish(method: str, graph: Graph, cluster: Cluster, assignment: np.ndarray, t0: float, **extra) -> Result:
@@ -20,5 +20,7 @@ def finish(method: str, graph: Graph, cluster: Cluster, assignment: np.ndarray, 
     status = "feasible" if ev.feasible else no_feasible_status(graph, cluster)
     if not ev.feasible:
         extra["violations"] = ev.violations
+    if status == "infeasible":
+        extra["reason"] = unplaceable(graph, cluster)
     return Result(method, graph, cluster, np.asarray(assignment, dtype=np.int64), ev.max_load, status,
                   time.perf_counter() - t0, extra=extra)
