@@ -65,6 +65,7 @@ from numba import njit
 
 from .cost import evaluate
 from .devices import Cluster
+from .errors import LimitError
 from .graph import Graph
 from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
 from .result import Result, no_feasible_status
@@ -528,6 +529,10 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     return _result("dp", graph, cluster, best, "optimal", t0, None, extra)
 
 
+#: Largest ``U^2 (k + 1)(l + 1)`` PipeDream's planner takes on (about a minute here).
+PIPEDREAM_WORK = 4e9
+
+
 def _pipedream_plan(poset: UnitGraph, units: _Units, cluster: Cluster) -> np.ndarray | None:
     """PipeDream's planner on the unit order, without replication.
 
@@ -537,6 +542,10 @@ def _pipedream_plan(poset: UnitGraph, units: _Units, cluster: Cluster) -> np.nda
     caps and device kinds are respected so that the plan is a valid placement.
     """
     g, U, k, l_ = poset.graph, poset.size, cluster.k, cluster.l
+    if U * U * (k + 1) * (l_ + 1) > PIPEDREAM_WORK:
+        raise LimitError(f"graph {g.name}: PipeDream's planner takes time quadratic in the units, and "
+                         f"{U:,} units on {k + l_} devices pass its limit; use a method that scales "
+                         f"(time, greedy, topo-fill, kl, local-search, etf, heft)")
     fwd = ~g.backward
     out = np.zeros(U)
     for u in range(g.n):  # data a unit sends forward: producers with a consumer in another unit
