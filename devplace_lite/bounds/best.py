@@ -69,7 +69,10 @@ def _exact_dp(graph: Graph, cluster: Cluster, time_limit: float):
 
     if count_ideals(graph, DP_IDEALS) is None:
         return None
-    r = dp(graph, cluster, time_limit=max(time_limit, 0.01), limit=DP_IDEALS)
+    try:
+        r = dp(graph, cluster, time_limit=max(time_limit, 0.01), limit=DP_IDEALS)
+    except LimitError:  # its first upper bound slices the whole order: too many units for that
+        return None
     return r if r.status in ("optimal", "infeasible") else None
 
 
