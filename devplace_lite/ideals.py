@@ -147,9 +147,16 @@ def _count(poset: UnitGraph, limit: int) -> int | None:
     """Count ideals keeping only one layer (ideals of one size) in memory."""
     if poset.size + 1 > limit:  # the prefixes of the numbering alone are too many
         return None
-    if poset.size * poset.size / 16 > MASK_BYTES:  # the predecessor masks would not fit
-        return _count_sparse(poset, limit)
-    pmask = poset.pred_mask
+    if poset.size * poset.size / 16 > MASK_BYTES:  # no room for predecessor masks: test bit by bit
+        pred = poset.pred
+
+        def ready(y: int, mask: int) -> bool:
+            return all(mask >> p & 1 for p in pred[y])
+    else:
+        pmask = poset.pred_mask
+
+        def ready(y: int, mask: int) -> bool:
+            return pmask[y] & ~mask == 0
     succ = poset.succ
     layer = {0: sum(1 << u for u in range(poset.size) if not poset.pred[u])}
     total = 1
@@ -165,34 +172,7 @@ def _count(poset: UnitGraph, limit: int) -> int | None:
                     continue
                 new = av & ~bit
                 for y in succ[bit.bit_length() - 1]:
-                    if pmask[y] & ~k_mask == 0:
-                        new |= 1 << y
-                nxt[k_mask] = new
-                total += 1
-                if total > limit:
-                    return None
-        layer = nxt
-    return total
-
-
-def _count_sparse(poset: UnitGraph, limit: int) -> int | None:
-    """`_count` testing predecessors one bit at a time: slower, but no ``O(U^2)`` bit masks."""
-    pred, succ = poset.pred, poset.succ
-    layer = {0: sum(1 << u for u in range(poset.size) if not pred[u])}
-    total = 1
-    while layer:
-        nxt: dict[int, int] = {}
-        for mask, av in layer.items():
-            rest = av
-            while rest:
-                bit = rest & -rest
-                rest ^= bit
-                k_mask = mask | bit
-                if k_mask in nxt:
-                    continue
-                new = av & ~bit
-                for y in succ[bit.bit_length() - 1]:
-                    if all(k_mask >> p & 1 for p in pred[y]):
+                    if ready(y, k_mask):
                         new |= 1 << y
                 nxt[k_mask] = new
                 total += 1
