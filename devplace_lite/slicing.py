@@ -45,7 +45,7 @@ from .units import UnitGraph, free_nodes, unit_graph
 
 _SKIP_ACC, _SKIP_CPU, _ACC, _CPU = 0, 1, 2, 3
 #: Most accelerator blocks (8 bytes each) one slicing stores.
-MAX_BLOCKS = 40_000_000
+MAX_BLOCKS = 60_000_000
 
 
 @njit(cache=True)
