@@ -294,8 +294,9 @@ def latency_of(result: Result) -> float:
     return evaluate_latency(result.graph, result.cluster, result.assignment, result.extra.get("pieces")).latency
 
 
-#: Most nodes `reachability` takes (its ``n x n`` table: 100 MB here).
-REACH_NODES = 10_000
+#: Most nodes `reachability` takes (its ``n x n`` table, and the latency bounds' dense
+#: ``n x n`` float products behind it: 3.4 GB at 10,000 nodes).
+REACH_NODES = 3_000
 
 
 def reachability(graph: Graph) -> np.ndarray:

@@ -546,17 +546,21 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         extra["reason"] = f"node {v} fits on no device (memory, support or CPU time)"
         return Result(method, graph, cluster, None, None, "infeasible", time.perf_counter() - t0, extra=extra)
     budget = 10.0 if time_limit is None else 0.2 * time_limit  # for the DP's warm start
-    start = _pick_start(data, kind, warm_start, symmetry, budget)
     binaries = data.U * cluster.size
     if binaries > MAX_BINARIES:  # the model alone would take minutes and gigabytes to build
         why = (f"{binaries:,} unit-device binaries, more than {MAX_BINARIES:,}: the integer program is not "
                f"built for graphs this large")
+        if time_limit is not None and isinstance(warm_start, str) and warm_start == "auto":
+            from ..baselines import balance_by_time, single_device  # one linear-time start, not every one
+            warm_start = (balance_by_time if cluster.k else single_device)(graph, cluster)
+        start = None if time_limit is None else _pick_start(data, kind, warm_start, symmetry, budget)
         if time_limit is None or start is None:
             raise LimitError(f"graph {graph.name}: {why}; give --time-limit to get the best warm start "
                              f"with a bound, or use a method that scales (time, greedy, topo-fill, kl, local-search)")
         extra.update(reason=why, warm_start=start[0])
         return Result(method, graph, cluster, start[1], float(evaluate(graph, cluster, start[1]).max_load),
                       "time_limit", time.perf_counter() - t0, bound=data.lower_bound(), extra=extra)
+    start = _pick_start(data, kind, warm_start, symmetry, budget)
     if start is not None:  # nothing better may put a unit where it alone takes longer than the start
         data = UnitData(graph, cluster, cap=float(evaluate(graph, cluster, start[1]).max_load))
     form = _StageModel(data) if kind == "chain" else _DeviceModel(data, kind == "contiguous", symmetry)
