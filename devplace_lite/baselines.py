@@ -15,7 +15,8 @@ All but the last two cut one order into contiguous blocks: the units of
 `devplace_lite.units.unit_graph` (colocation classes, stand-ins for backward-only classes, fused
 where the order ties them in a cycle) in their topological numbering, so they give
 chain-of-ideals splits that can run as a pipeline. Each returns a `Result` scored by the evaluator; a split that breaks
-a memory cap or places an op where it cannot run comes back with status ``infeasible``.
+a memory cap or places an op where it cannot run comes back with status ``unknown`` (``infeasible``
+only when no placement at all fits, `devplace_lite.result.no_feasible_status`).
 """
 
 from __future__ import annotations
@@ -24,13 +25,19 @@ import time
 
 import numpy as np
 
-from .cost import evaluate
+from .cost import device_loads, evaluate
 from .devices import Cluster
 from .exhaustive import batch_loads, exhaustive
 from .errors import UsageError
 from .graph import Graph
-from .result import Result
+from .result import Result, no_feasible_status
 from .units import UnitGraph, unit_graph
+
+
+#: `random_best_of` draws at most this many node placements in all, and this many per batch.
+RANDOM_DRAWS, RANDOM_BATCH = 5_000_000, 1_000_000
+#: Graphs up to this many nodes are scored a batch at a time (`devplace_lite.exhaustive.batch_loads`).
+SMALL = 5_000
 
 
 def _assign_blocks(units: UnitGraph, cluster: Cluster, block_of_unit: np.ndarray) -> np.ndarray:
@@ -44,7 +51,7 @@ def _assign_blocks(units: UnitGraph, cluster: Cluster, block_of_unit: np.ndarray
 
 def _result(name: str, graph: Graph, cluster: Cluster, a: np.ndarray, t0: float, **extra) -> Result:
     ev = evaluate(graph, cluster, a)
-    status = "feasible" if ev.feasible else "infeasible"
+    status = "feasible" if ev.feasible else no_feasible_status(graph, cluster)
     if not ev.feasible:
         extra["violations"] = ev.violations
     return Result(name, graph, cluster, a, ev.max_load, status, time.perf_counter() - t0, extra=extra)
@@ -144,15 +151,19 @@ def greedy_fill(graph: Graph, cluster: Cluster, *, time_limit: float | None = No
 def random_best_of(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
                    samples: int = 2000) -> Result:
     """The best of ``samples`` random unit placements (any split kind) that respect memory and
-    where each op may run; scored in batches by the model."""
+    where each op may run; scored in batches by the model. Large graphs draw fewer: at most
+    `RANDOM_DRAWS` node placements in all (``samples * n``), and batches of at most
+    `RANDOM_BATCH` node placements, so time and memory stay linear in the graph."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     classes = unit_graph(graph, chain=False)
     units, U, k, D = classes.unit, classes.size, cluster.k, cluster.size
     unsup, nocpu = classes.bad_acc, classes.bad_cpu
+    samples = max(1, min(samples, RANDOM_DRAWS // max(graph.n, 1)))
+    batch = max(1, min(256, RANDOM_BATCH // max(graph.n, 1)))
     best, best_val, tried = None, np.inf, 0
     while tried < samples and (time_limit is None or time.perf_counter() - t0 < time_limit):
-        B = min(256, samples - tried)
+        B = min(batch, samples - tried)
         AU = rng.integers(0, D, size=(B, U))
         if cluster.l:
             AU[:, unsup] = k + rng.integers(0, cluster.l, size=(B, int(unsup.sum())))
@@ -165,12 +176,15 @@ def random_best_of(graph: Graph, cluster: Cluster, *, time_limit: float | None =
             A = A[np.all(mem <= cluster.memory, axis=1)]
         if not len(A):
             continue
-        worst = batch_loads(graph, cluster, A).max(axis=1)
+        if graph.n <= SMALL:  # a node loop over a batch: fast on small graphs only
+            worst = batch_loads(graph, cluster, A).max(axis=1)
+        else:
+            worst = np.array([(lambda c, m: (c + m).max())(*device_loads(graph, cluster, a)) for a in A])
         i = int(np.argmin(worst))
         if worst[i] < best_val:
             best_val, best = float(worst[i]), A[i].copy()
     if best is None:
-        return Result("random", graph, cluster, None, None, "infeasible", time.perf_counter() - t0,
+        return Result("random", graph, cluster, None, None, no_feasible_status(graph, cluster), time.perf_counter() - t0,
                       extra={"samples": tried})
     return _result("random", graph, cluster, best, t0, samples=tried)
 

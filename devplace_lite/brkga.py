@@ -34,7 +34,7 @@ import numpy as np
 from .cost import evaluate
 from .devices import Cluster
 from .graph import Graph
-from .result import Result
+from .result import Result, no_feasible_status
 from .slicing import Slicer, _unit_order, slice_order
 
 __all__ = ["brkga", "polish", "keys_of", "Slicer", "slice_order"]
@@ -226,7 +226,7 @@ def brkga(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, se
             a = pop[rng.integers(n_elite)]
             b = pop[n_elite + rng.integers(population - n_elite)]
             children.append(np.where(rng.random(U) < rho, a, b))
-        new = np.concatenate([np.array(children).reshape(-1, U), rng.random((n_mut, U))])
+        new = np.concatenate([np.array(children).reshape(len(children), U), rng.random((n_mut, U))])
         new_fit = np.full(len(new), math.inf)
         for i in range(len(new)):
             new_fit[i] = evaluate_row(new[i], cutoff)
@@ -241,7 +241,7 @@ def brkga(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, se
     extra = {"generations": gen, "decoded": decoded, "first_order": None if first_val is None or
              not math.isfinite(first_val) else float(first_val)}
     if best_dev is None:
-        return Result("brkga", graph, cluster, None, None, "infeasible", seconds, extra=extra)
+        return Result("brkga", graph, cluster, None, None, no_feasible_status(graph, cluster), seconds, extra=extra)
     assignment = slicer.assignment(best_dev)
     objective = evaluate(graph, cluster, assignment).max_load
     return Result("brkga", graph, cluster, assignment, objective, "feasible", seconds, extra=extra)

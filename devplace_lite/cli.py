@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -161,9 +162,10 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
 def _certify(res, seconds: float) -> None:
     """Raise ``res.bound`` to the best bound the library proves in ``seconds``, so that the
     answer's ``gap`` says how far from optimal it can be. Skipped when the method proved
-    optimality itself (no solver runs twice) or no time is left. A chain split is measured
-    against the chain optimum, any other split against the optimum over all placements."""
-    if res.status == "optimal" or res.assignment is None or seconds <= 0:
+    optimality itself (no solver runs twice), found no feasible placement (an infeasible split's
+    load bounds nothing) or no time is left. A chain split is measured against the chain
+    optimum, any other split against the optimum over all placements."""
+    if res.status not in ("feasible", "time_limit") or res.assignment is None or seconds <= 0:
         return
     from .bounds.best import best_bound
 
@@ -387,7 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser(argv).parse_args(argv)
             args.started = started
             _check_outputs(args)
-            with _stdout_for_answers(), progress.shown(not getattr(args, "quiet", False)):
+            with _stdout_for_answers(), progress.shown(not getattr(args, "quiet", False)), \
+                    warnings.catch_warnings():
+                # numpy's notes on inf - inf and empty slices are not part of any answer
+                warnings.simplefilter("ignore", RuntimeWarning)
                 return int(args.func(args) or 0)
         except DevplaceError as e:
             message = f"error: {e}"

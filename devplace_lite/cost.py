@@ -86,13 +86,14 @@ def max_load(graph: Graph, cluster: Cluster, placement: Placement) -> float:
     return float((compute + comm).max())
 
 
-def _quotient(graph: Graph, a: np.ndarray, D: int) -> np.ndarray:
-    """``q[d, e]``: an order edge (`devplace_lite.units.order_edges`) goes from device d to e."""
+def _quotient(graph: Graph, a: np.ndarray) -> np.ndarray:
+    """``(P, 2)`` distinct device pairs ``(d, e)``, ``d != e``, joined by an order edge
+    (`devplace_lite.units.order_edges`) from d to e; ``O(m log m)``, never a devices-square table."""
     s, t = order_edges(graph)
     ds, dt = a[s], a[t]
-    q = np.zeros((D, D), dtype=bool)
-    q[ds[ds != dt], dt[ds != dt]] = True
-    return q
+    cross = ds != dt
+    pairs = np.stack([ds[cross], dt[cross]], axis=1)
+    return np.unique(pairs, axis=0) if len(pairs) else pairs.reshape(0, 2)
 
 
 def chain_order(graph: Graph, cluster: Cluster, placement: Placement) -> list[int] | None:
@@ -104,11 +105,13 @@ def chain_order(graph: Graph, cluster: Cluster, placement: Placement) -> list[in
     lower device. Devices holding no vertex of that graph are left out.
     """
     a = as_assignment(graph, cluster, placement)
-    used = sorted(set(a[order_vertices(graph)].tolist()))
-    q = _quotient(graph, a, cluster.size)
-    succ = [[j for j, e in enumerate(used) if q[d, e]] for d in used]
+    used = np.unique(a[order_vertices(graph)])
+    rank = np.searchsorted(used, _quotient(graph, a))
+    succ: list[list[int]] = [[] for _ in range(len(used))]
+    for x, y in rank.tolist():
+        succ[x].append(y)
     order = topological_order(succ)
-    return [used[i] for i in order.tolist()] if len(order) == len(used) else None
+    return used[order].tolist() if len(order) == len(used) else None
 
 
 def _is_convex(part: np.ndarray, succ: list[list[int]], pred: list[list[int]]) -> bool:

@@ -69,10 +69,11 @@ import numpy as np
 from .compiled import kernel
 from .cost import evaluate
 from .devices import Cluster
+from .errors import LimitError
 from .graph import Graph
 from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
 from .progress import Progress
-from .result import Result
+from .result import Result, no_feasible_status
 from .slicing import Slicer
 from .units import UnitGraph, unit_graph
 
@@ -503,7 +504,7 @@ def linear(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, s
     t0 = time.perf_counter()
     poset = unit_graph(graph, fold=True)
     a = _sliced(graph, cluster, poset)
-    return _result("linear", graph, cluster, a, "feasible" if a is not None else "infeasible", t0, None,
+    return _result("linear", graph, cluster, a, "feasible" if a is not None else no_feasible_status(graph, cluster), t0, None,
                    {"units": poset.size})
 
 
@@ -546,6 +547,10 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     return _result("dp", graph, cluster, best, "optimal", t0, None, extra)
 
 
+#: Largest ``U^2 (k + 1)(l + 1)`` PipeDream's planner takes on (about a minute here).
+PIPEDREAM_WORK = 4e9
+
+
 def _pipedream_plan(poset: UnitGraph, units: _Units, cluster: Cluster) -> np.ndarray | None:
     """PipeDream's planner on the unit order, without replication.
 
@@ -555,6 +560,10 @@ def _pipedream_plan(poset: UnitGraph, units: _Units, cluster: Cluster) -> np.nda
     caps and device kinds are respected so that the plan is a valid placement.
     """
     g, U, k, l_ = poset.graph, poset.size, cluster.k, cluster.l
+    if U * U * (k + 1) * (l_ + 1) > PIPEDREAM_WORK:
+        raise LimitError(f"graph {g.name}: PipeDream's planner takes time quadratic in the units, and "
+                         f"{U:,} units on {k + l_} devices pass its limit; use a method that scales "
+                         f"(time, greedy, topo-fill, kl, local-search, etf, heft)")
     fwd = ~g.backward
     out = np.zeros(U)
     for u in range(g.n):  # data a unit sends forward: producers with a consumer in another unit
@@ -616,5 +625,5 @@ def pipedream(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
     t0 = time.perf_counter()
     poset = unit_graph(graph, fold=True)
     plan = _pipedream_plan(poset, _units(poset), cluster)
-    status = "feasible" if plan is not None else "infeasible"
+    status = "feasible" if plan is not None else no_feasible_status(graph, cluster)
     return _result("pipedream", graph, cluster, plan, status, t0, None, {"units": poset.size})

@@ -59,11 +59,13 @@ def layered(n: int, seed: int = 0, width: int = 3, density: float = 0.5) -> Grap
         count += w
     edges = []
     for prev, cur in zip(layers, layers[1:]):
+        fed: set[int] = set()  # nodes of prev with an edge out (only cur reads prev)
         for v in cur:
             srcs = [u for u in prev if rng.random() < density] or [int(rng.choice(prev))]
             edges += [(u, v) for u in srcs]
+            fed.update(srcs)
         for u in prev:  # every node feeds the next layer, so the graph has no dead branches
-            if not any(s == u for s, _ in edges):
+            if u not in fed:
                 edges.append((u, int(rng.choice(cur))))
     return _make(f"layered-{n}-s{seed}", count, edges, seed + 1)
 
@@ -116,6 +118,7 @@ def cells(n: int, seed: int = 0, cell_size: int = 5) -> Graph:
     while count + cell_size <= n or len(outputs) == 1:
         inputs = outputs[-2:]
         inner: list[int] = []
+        first = len(edges)
         for _ in range(cell_size):
             v = count
             count += 1
@@ -123,8 +126,9 @@ def cells(n: int, seed: int = 0, cell_size: int = 5) -> Graph:
             for u in set(rng.choice(pool, size=min(2, len(pool)), replace=False).tolist()):
                 edges.append((int(u), v))
             inner.append(v)
+        sources = {s for s, _ in edges[first:]}  # inner nodes are read only inside their cell
         for u in inner[:-1]:  # every inner node reaches the cell's output
-            if not any(s == u for s, _ in edges):
+            if u not in sources:
                 edges.append((u, inner[-1]))
         outputs.append(inner[-1])
     return _make(f"cells-{count}-s{seed}", count, edges, seed + 1)

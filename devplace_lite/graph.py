@@ -92,40 +92,64 @@ class Graph:
         for i, v in enumerate(self.nodes):
             if not isinstance(v.id, str) or not v.id:
                 raise GraphError(f"node #{i}: id must be a non-empty string, got {v.id!r}")
-            if v.id in self.index:
-                raise GraphError(f"node {v.id}: duplicate id")
-            self.index[v.id] = i
-            for fld in ("p_acc", "memory", "comm", "out_bytes", "flops"):
-                _finite_nonneg(getattr(v, fld), v.id, fld)
-            if v.p_cpu is not None:
-                _finite_nonneg(v.p_cpu, v.id, "p_cpu")
-            if not v.supported and v.p_cpu is None:
-                raise GraphError(f"node {v.id}: allowed on no device (unsupported on accelerators, no p_cpu)")
-        pairs: set[tuple[int, int]] = set()
+            self.index.setdefault(v.id, i)
+        if len(self.index) < len(self.nodes):
+            dup = next(v.id for i, v in enumerate(self.nodes) if self.index[v.id] != i)
+            raise GraphError(f"node {dup}: duplicate id")
+        self._check_numbers()
+        index = self.index
+        src, dst = [], []
         for e in self.edges:
             try:
                 s, t = e
             except (TypeError, ValueError):
                 raise GraphError(f"edge {e!r}: expected a (source, target) pair") from None
-            if s not in self.index:
+            i, j = index.get(s), index.get(t)
+            if i is None:
                 raise GraphError(f"edge {s} -> {t}: unknown source node {s}")
-            if t not in self.index:
+            if j is None:
                 raise GraphError(f"edge {s} -> {t}: unknown target node {t}")
-            if s == t:
+            if i == j:
                 raise GraphError(f"edge {s} -> {t}: self-loop on node {s}")
-            pairs.add((self.index[s], self.index[t]))
-        ordered = sorted(pairs)
-        self.src = np.array([p[0] for p in ordered], dtype=np.int64)
-        self.dst = np.array([p[1] for p in ordered], dtype=np.int64)
-        self.edges = [(self.nodes[s].id, self.nodes[t].id) for s, t in ordered]
-        self.p_acc = np.array([v.p_acc for v in self.nodes], dtype=float)
-        self.p_cpu = np.array([np.nan if v.p_cpu is None else v.p_cpu for v in self.nodes], dtype=float)
-        self.memory = np.array([v.memory for v in self.nodes], dtype=float)
-        self.comm = np.array([v.comm for v in self.nodes], dtype=float)
-        self.out_bytes = np.array([v.out_bytes for v in self.nodes], dtype=float)
-        self.supported = np.array([v.supported for v in self.nodes], dtype=bool)
-        self.backward = np.array([v.backward for v in self.nodes], dtype=bool)
+            src.append(i)
+            dst.append(j)
+        # duplicates merged, sorted by (source, target)
+        key = np.unique(np.asarray(src, dtype=np.int64) * max(self.n, 1) + np.asarray(dst, dtype=np.int64))
+        self.src, self.dst = key // max(self.n, 1), key % max(self.n, 1)
+        ids = [v.id for v in self.nodes]
+        self.edges = [(ids[s], ids[t]) for s, t in zip(self.src.tolist(), self.dst.tolist())]
         self._check_acyclic()
+
+    def _check_numbers(self) -> None:
+        """The per-node arrays, every number finite and >= 0; on a bad value, the per-node check
+        names the node and field (one vectorised pass when all is well)."""
+        nodes = self.nodes
+        try:
+            cols = {fld: np.array([getattr(v, fld) for v in nodes], dtype=float)
+                    for fld in ("p_acc", "memory", "comm", "out_bytes", "flops")}
+            p_cpu = np.array([np.nan if v.p_cpu is None else v.p_cpu for v in nodes], dtype=float)
+            given = np.array([v.p_cpu is not None for v in nodes], dtype=bool)
+            ok = all(bool(np.all(np.isfinite(x) & (x >= 0))) for x in cols.values()) \
+                and bool(np.all(np.isfinite(p_cpu[given]) & (p_cpu[given] >= 0)))
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            for v in nodes:
+                for fld in ("p_acc", "memory", "comm", "out_bytes", "flops"):
+                    _finite_nonneg(getattr(v, fld), v.id, fld)
+                if v.p_cpu is not None:
+                    _finite_nonneg(v.p_cpu, v.id, "p_cpu")
+            # every value passed one at a time (numbers numpy would not take as a batch)
+            cols = {fld: np.array([float(getattr(v, fld)) for v in nodes]) for fld in ("p_acc", "memory", "comm", "out_bytes")}
+            p_cpu = np.array([np.nan if v.p_cpu is None else float(v.p_cpu) for v in nodes])
+            given = ~np.isnan(p_cpu)
+        self.p_acc, self.memory, self.comm, self.out_bytes = (cols[f] for f in ("p_acc", "memory", "comm", "out_bytes"))
+        self.p_cpu = p_cpu
+        self.supported = np.array([v.supported for v in nodes], dtype=bool)
+        self.backward = np.array([v.backward for v in nodes], dtype=bool)
+        nowhere = np.flatnonzero(~self.supported & ~given)
+        if len(nowhere):
+            raise GraphError(f"node {nodes[nowhere[0]].id}: allowed on no device (unsupported on accelerators, no p_cpu)")
 
     # -- sizes and adjacency -------------------------------------------------------------
     @property

@@ -12,8 +12,10 @@ Units are numbered in a topological order, so an ideal is a bit set over ``0..U-
 
 Complexity: enumeration is ``O(N * w)`` dictionary operations on ``U``-bit integers for ``N``
 ideals and width ``w``; ``N`` can be exponential in ``w`` (at most ``(U/w + 1)^w``), hence the
-``limit``. `width` is Dilworth's theorem: ``U`` minus a maximum matching in the comparability
-bipartite graph, ``O(U^2)`` memory for the transitive closure.
+``limit``. Sizes are checked before any work: every prefix of the unit numbering is an ideal,
+so ``N >= U + 1``, and the stored bit sets take at least ``U^2 / 16`` bytes (`MASK_BYTES`).
+`width` is Dilworth's theorem computed as a minimum flow on the unit graph itself (a chain may
+pass through a unit more than once): ``O(U + A)`` memory, no transitive closure.
 
 Example
 -------
@@ -32,12 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dag import transitive_closure
 from .errors import LimitError
 from .graph import Graph
 from .units import UnitGraph, unit_graph
 
 DEFAULT_LIMIT = 1_000_000
+#: Bytes of ideal bit sets `enumerate_ideals` may hold; past it the graph is refused up front.
+MASK_BYTES = 2**30
 
 
 @dataclass(frozen=True)
@@ -71,15 +74,29 @@ class Ideals:
 def _too_many(units: UnitGraph, limit: int) -> LimitError:
     return LimitError(f"graph {units.graph.name}: more than {limit:,} ideals ({units.size} units, "
                       f"width {width(units)}); raise the limit or use a method that needs no ideals "
-                      f"(brkga, ip, the bounds)")
+                      f"(linear, kl, local-search, brkga, the bounds)")
+
+
+def _check_size(poset: UnitGraph, limit: int) -> None:
+    """Refuse, before any work, a unit graph whose ideals are certainly too many (the ``U + 1``
+    prefixes of the numbering are ideals) or whose bit sets cannot fit `MASK_BYTES`."""
+    U = poset.size
+    if U + 1 > limit:
+        raise _too_many(poset, limit)
+    if U * U / 16 > MASK_BYTES:
+        raise LimitError(f"graph {poset.graph.name}: {U:,} units; its ideals would take more than "
+                         f"{U * U / 16 / 2**30:.0f} GiB (at most {MASK_BYTES / 2**30:.0f}); use a method "
+                         f"that needs no ideals (linear, kl, local-search, brkga, the bounds)")
 
 
 def enumerate_ideals(poset: UnitGraph, limit: int = DEFAULT_LIMIT) -> Ideals:
     """Every ideal of the unit graph ``poset``, grown from the empty set one unit at a time, layer by layer.
 
-    Raises `LimitError` as soon as more than ``limit`` ideals are found (memory grows about
-    ``(U/8 + 150)`` bytes per ideal, so the limit also caps memory).
+    Raises `LimitError` up front when the ``U + 1`` prefix ideals pass ``limit`` or their bit
+    sets pass `MASK_BYTES`, and as soon as more than ``limit`` ideals are found (memory grows
+    about ``(U/8 + 150)`` bytes per ideal, so the limit also caps memory).
     """
+    _check_size(poset, limit)
     pmask = poset.pred_mask
     succ = poset.succ
     masks = [0]
@@ -126,7 +143,18 @@ def enumerate_ideals(poset: UnitGraph, limit: int = DEFAULT_LIMIT) -> Ideals:
 
 def _count(poset: UnitGraph, limit: int) -> int | None:
     """Count ideals keeping only one layer (ideals of one size) in memory."""
-    pmask = poset.pred_mask
+    if poset.size + 1 > limit:  # the prefixes of the numbering alone are too many
+        return None
+    if poset.size * poset.size / 16 > MASK_BYTES:  # no room for predecessor masks: test bit by bit
+        pred = poset.pred
+
+        def ready(y: int, mask: int) -> bool:
+            return all(mask >> p & 1 for p in pred[y])
+    else:
+        pmask = poset.pred_mask
+
+        def ready(y: int, mask: int) -> bool:
+            return pmask[y] & ~mask == 0
     succ = poset.succ
     layer = {0: sum(1 << u for u in range(poset.size) if not poset.pred[u])}
     total = 1
@@ -142,7 +170,7 @@ def _count(poset: UnitGraph, limit: int) -> int | None:
                     continue
                 new = av & ~bit
                 for y in succ[bit.bit_length() - 1]:
-                    if pmask[y] & ~k_mask == 0:
+                    if ready(y, k_mask):
                         new |= 1 << y
                 nxt[k_mask] = new
                 total += 1
@@ -165,15 +193,28 @@ def count_ideals(graph: Graph | UnitGraph, limit: int = DEFAULT_LIMIT) -> int | 
 
 
 def width(graph: Graph | UnitGraph) -> int:
-    """Size of the largest antichain of the unit graph (Dilworth's theorem: units minus a
-    maximum matching between "u before w" pairs)."""
+    """Size of the largest antichain of the unit graph.
+
+    Dilworth's theorem: it equals the fewest chains covering the poset, that is the fewest paths
+    of the unit graph covering every unit when a path may pass a unit twice: a minimum flow in
+    which every unit carries at least one path. Starting from one path per unit, the flow that
+    can be taken back is a maximum flow from sink to source in the residual network (unit ``u``
+    split into ``u_in -> u_out``; Dinic's algorithm, scipy), and the width is ``U`` minus it.
+    """
     from scipy.sparse import csr_matrix  # here: the DP itself never needs scipy
-    from scipy.sparse.csgraph import maximum_bipartite_matching
+    from scipy.sparse.csgraph import maximum_flow
 
     poset = _poset(graph)
-    if poset.size == 0:
+    U = poset.size
+    if U == 0:
         return 0
-    # rows = later units: scipy's Hopcroft-Karp is far faster this way round on long DAGs
-    R = csr_matrix(transitive_closure(poset.succ, np.arange(poset.size)).T)
-    matched = maximum_bipartite_matching(R, perm_type="column")
-    return poset.size - int((matched >= 0).sum())
+    a = poset.arcs
+    v_in, v_out = np.arange(U), U + np.arange(U)
+    s, t = 2 * U, 2 * U + 1
+    # residual arcs of the one-path-per-unit flow: t -> u_out and u_in -> s can each give back
+    # that path (1); a path may run on through any arc and through any unit again (U: unbounded)
+    rows = np.concatenate([np.full(U, t), v_in, a[:, 0] + U, v_in])
+    cols = np.concatenate([v_out, np.full(U, s), a[:, 1], v_out])
+    cap = np.concatenate([np.ones(2 * U), np.full(len(a) + U, U)]).astype(np.int32)
+    residual = csr_matrix((cap, (rows, cols)), shape=(2 * U + 2, 2 * U + 2))
+    return U - int(maximum_flow(residual, t, s, method="dinic").flow_value)

@@ -59,6 +59,7 @@ from scipy.sparse.csgraph import connected_components
 
 from .cost import Placement, as_assignment, violations
 from .devices import Cluster
+from .errors import LimitError
 from .graph import Graph, GraphError
 from .result import Result
 
@@ -293,8 +294,17 @@ def latency_of(result: Result) -> float:
     return evaluate_latency(result.graph, result.cluster, result.assignment, result.extra.get("pieces")).latency
 
 
+#: Most nodes `reachability` takes (its ``n x n`` table, and the latency bounds' dense
+#: ``n x n`` float products behind it: 3.4 GB at 10,000 nodes).
+REACH_NODES = 3_000
+
+
 def reachability(graph: Graph) -> np.ndarray:
-    """``R[u, w]``: whether a path leads from ``u`` to ``w`` (an ``n x n`` boolean matrix)."""
+    """``R[u, w]``: whether a path leads from ``u`` to ``w`` (an ``n x n`` boolean matrix).
+    Raises `LimitError` past `REACH_NODES` nodes, before allocating."""
+    if graph.n > REACH_NODES:
+        raise LimitError(f"graph {graph.name}: {graph.n:,} nodes; the latency methods and bounds keep an n x n "
+                         f"reachability table and take at most {REACH_NODES:,}")
     R = np.zeros((graph.n, graph.n), dtype=bool)
     for v in graph.topological_order()[::-1].tolist():
         for w in graph.succ[v]:

@@ -55,7 +55,7 @@ from .devices import Cluster
 from .graph import Graph
 from .latency import call_latency, evaluate_latency, pieces_dict, reentry_pieces
 from .latency_bounds import latency_bound
-from .result import Result
+from .result import Result, no_feasible_status
 from .units import pipeline_units
 
 #: Kicks of the local search when it has no deadline.
@@ -108,7 +108,7 @@ def _latency_result(name: str, graph: Graph, cluster: Cluster, a: np.ndarray, t0
                     bound: float | None = None, **extra) -> Result:
     """A one-call-per-accelerator split scored by the evaluator."""
     ev = evaluate_latency(graph, cluster, a, np.where(a < cluster.k, 0, -1))
-    status = "feasible" if ev.feasible else "infeasible"
+    status = "feasible" if ev.feasible else no_feasible_status(graph, cluster)
     extra = {"objective_kind": "latency", "q": 1, **extra, "pieces": pieces_dict(graph, cluster, a, ev.pieces)}
     if ev.violations:
         extra["violations"] = ev.violations
@@ -516,7 +516,8 @@ def local_search(graph: Graph, cluster: Cluster, *, time_limit: float | None = N
     starts = start_splits(graph, cluster, deadline=None if end is None else t0 + 0.15 * time_limit, seed=seed,
                           blocks=blocks, target=bound)
     if not starts:
-        return Result("local-search", graph, cluster, None, None, "infeasible", time.perf_counter() - t0,
+        return Result("local-search", graph, cluster, None, None, no_feasible_status(graph, cluster),
+                      time.perf_counter() - t0,
                       bound=bound if math.isfinite(bound) else None,
                       extra={"objective_kind": "latency", "q": 1, "reason": "no start split fits"})
     name, a, val = min(starts, key=lambda s: s[2])

@@ -1,8 +1,12 @@
 """What every partitioning method returns: the placement, its objective, status and bound.
 
 `Result.to_json` is the ``--json`` contract of DESIGN.md: ``objective``, ``status``
-(``optimal``, ``feasible``, ``infeasible``, ``time_limit``), ``bound``, ``gap``, ``seconds``,
-``placement`` (node id -> device name) and ``method``.
+(``optimal``, ``feasible``, ``infeasible``, ``unknown``, ``time_limit``), ``bound``, ``gap``,
+``seconds``, ``placement`` (node id -> device name) and ``method``.
+
+``infeasible`` is a proof that no placement of the method's kind fits; a method that found no
+feasible placement without such a proof (a heuristic whose split breaks a memory cap) says
+``unknown`` (`no_feasible_status`), and its answer has no gap.
 """
 
 from __future__ import annotations
@@ -17,7 +21,44 @@ from .cost import evaluate, placement_names
 from .devices import Cluster
 from .graph import Graph
 
-STATUSES = ("optimal", "feasible", "infeasible", "time_limit")
+STATUSES = ("optimal", "feasible", "infeasible", "unknown", "time_limit")
+
+
+def unplaceable(graph: Graph, cluster: Cluster) -> str | None:
+    """Why no placement at all fits, when one node's colocation class fits on no device of the
+    cluster (no accelerator may run it or hold its memory, and no core may run it); else None.
+    ``O(n)``.
+
+    >>> from devplace_lite.graph import Node
+    >>> g = Graph([Node("a", p_acc=1, p_cpu=4, memory=10)], [])
+    >>> unplaceable(g, Cluster(accelerators=1, memory=5))
+    'node a fits on no device (its class needs 10 bytes, over the cap of 5; the cluster has no CPU core)'
+    >>> unplaceable(g, Cluster(accelerators=1, cpus=1, memory=5)) is None
+    True
+    """
+    cls = graph.units
+    size = int(cls.max()) + 1 if graph.n else 0
+    mem = np.bincount(cls, weights=graph.memory, minlength=size)
+    acc = np.ones(size, dtype=bool) if cluster.k else np.zeros(size, dtype=bool)
+    np.logical_and.at(acc, cls, graph.supported)
+    acc &= mem <= cluster.memory
+    cpu = np.ones(size, dtype=bool) if cluster.l else np.zeros(size, dtype=bool)
+    np.logical_and.at(cpu, cls, ~np.isnan(graph.p_cpu))
+    bad = np.flatnonzero(~(acc | cpu)[cls])
+    if not len(bad):
+        return None
+    v = int(bad[0])
+    why_acc = ("the cluster has no accelerator" if not cluster.k else
+               "not supported on accelerators" if not graph.supported[cls == cls[v]].all() else
+               f"its class needs {mem[cls[v]]:.0f} bytes, over the cap of {cluster.memory:.0f}")
+    why_cpu = "the cluster has no CPU core" if not cluster.l else "no CPU time"
+    return f"node {graph.nodes[v].id} fits on no device ({why_acc}; {why_cpu})"
+
+
+def no_feasible_status(graph: Graph, cluster: Cluster) -> str:
+    """The status of a method that found no feasible placement: ``infeasible`` when
+    `unplaceable` proves that none exists, ``unknown`` otherwise (a heuristic proves nothing)."""
+    return "infeasible" if unplaceable(graph, cluster) is not None else "unknown"
 
 
 @dataclass
@@ -52,7 +93,8 @@ class Result:
     @property
     def gap(self) -> float | None:
         """Relative gap ``(objective - bound) / objective``: at most this far from optimal."""
-        if self.objective is None or self.bound is None or not math.isfinite(self.objective):
+        if self.objective is None or self.bound is None or not math.isfinite(self.objective) \
+                or self.status in ("infeasible", "unknown"):  # no feasible placement: no gap to state
             return None
         if self.objective <= 0:
             return 0.0

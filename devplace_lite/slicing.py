@@ -11,7 +11,9 @@ Solution: dynamic programming over block ends, ``F[a][c][j]`` = the least max-lo
 hyperedge counter per block start), and a block is dropped as soon as its work alone reaches
 the cutoff (the best value known), so the cost is ``O((k + 1)(l + 1) sum_i w_i)`` with
 ``w_i <= U`` the number of block ends kept for start ``i``: ``O((k + l) U^2)`` at worst, far less
-with a good cutoff. Exact for the order it is given.
+with a good cutoff. Exact for the order it is given. The kept blocks are counted before their
+costs are stored: past `MAX_BLOCKS` (a few hundred MB) the slicer raises `LimitError`, so a
+graph of a few hundred thousand units is refused in one line, never allocated.
 
 Users: the linearised DP (`devplace_lite.dp.linear`, and the DP's first upper bound), the order
 search (`devplace_lite.brkga`), the bounds' quick upper bound.
@@ -37,11 +39,13 @@ import numpy as np
 from .compiled import kernel
 from .dag import topological_order
 from .devices import Cluster
-from .errors import GraphError, UsageError
+from .errors import GraphError, LimitError, UsageError
 from .graph import Graph
 from .units import UnitGraph, free_nodes, unit_graph
 
 _SKIP_ACC, _SKIP_CPU, _ACC, _CPU = 0, 1, 2, 3
+#: Most accelerator blocks (8 bytes each) one slicing stores.
+MAX_BLOCKS = 60_000_000
 
 
 @kernel("i8[::1](f8[::1], i8[::1], f8[::1], f8, f8)")
@@ -175,6 +179,10 @@ class Slicer:
         acc_end = _block_ends(pa_pre, np.concatenate([[0], np.cumsum(self.acc_bad[order])]), mem_pre,
                               self.cap, cutoff) if k else np.arange(1, U + 1)
         offs = np.concatenate([[0], np.cumsum(acc_end - np.arange(U) - 1)]).astype(np.int64)
+        if offs[-1] > MAX_BLOCKS:
+            raise LimitError(f"graph {self.graph.name}: slicing an order of {U:,} units keeps {int(offs[-1]):,} "
+                             f"blocks, more than {MAX_BLOCKS:,}; use a method that scales (time, greedy, "
+                             f"topo-fill, kl, local-search, etf, heft)")
         cost = np.empty(int(offs[-1]))
         if k:
             _acc_costs(order, self.pa, self.inc_ptr, self.inc_h, self.h_size, self.h_cost, acc_end, offs,

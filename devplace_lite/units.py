@@ -322,13 +322,19 @@ class UnitGraph:
         ``units[ptr[h]:ptr[h+1]]`` (at least two units) with cost ``cost[h]``, the summed
         ``comm`` of the producers whose output reaches exactly those units."""
         g, unit = self.graph, self.unit
+        # (producer, unit) pairs, unique and sorted: each producer's unit set, ascending
+        live = g.comm[g.src] > 0
+        p = np.concatenate([g.src[live], np.unique(g.src[live])])
+        pairs = np.unique(np.stack([p, unit[np.concatenate([g.dst[live], p[live.sum():]])]], axis=1), axis=0)
+        starts = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]]) if len(pairs) else np.zeros(0, np.int64)
+        sizes = np.diff(np.r_[starts, len(pairs)])
         merged: dict[tuple[int, ...], float] = {}
-        for p, out in enumerate(g.succ):
-            if not out or g.comm[p] <= 0:
-                continue
-            members = tuple(sorted({int(unit[p])}.union(unit[out].tolist())))
-            if len(members) > 1:
-                merged[members] = merged.get(members, 0.0) + float(g.comm[p])
+        comm = g.comm.tolist()
+        flat = pairs[:, 1].tolist() if len(pairs) else []
+        for prod, s, size in zip(pairs[starts, 0].tolist(), starts.tolist(), sizes.tolist()):
+            if size > 1:  # in producer order, so each sum adds in the same order as before
+                members = tuple(flat[s:s + size])
+                merged[members] = merged.get(members, 0.0) + comm[prod]
         keys = sorted(merged)
         ptr = np.zeros(len(keys) + 1, dtype=np.int64)
         np.cumsum([len(e) for e in keys], out=ptr[1:])

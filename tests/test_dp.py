@@ -84,7 +84,8 @@ def test_dp_equals_exhaustive_chain_optimum(seed):
     assert r.bound == r.objective
     assert_sound(r, g)
     for other in (linear(g, c), pipedream(g, c)):
-        if other.status != "infeasible":
+        assert other.status != "infeasible"  # a chain split fits: a heuristic may only say unknown
+        if other.status != "unknown":
             assert other.status == "feasible"
             assert_sound(other, g)
             assert other.objective >= r.objective - 1e-9

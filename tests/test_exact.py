@@ -200,7 +200,7 @@ def test_dp_is_exact_on_training_graphs(seed):
     assert ev.feasible and r.objective == ev.max_load and r.bound == r.objective
     assert bf.placement_is_chain(r.assignment) and ev.split == "chain"
     lin = linear(g, c)
-    assert lin.status == "infeasible" or (bf.placement_is_chain(lin.assignment) and lin.objective >= truth - 1e-9)
+    assert lin.status == "unknown" or (bf.placement_is_chain(lin.assignment) and lin.objective >= truth - 1e-9)
 
 
 @settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

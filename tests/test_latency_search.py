@@ -78,8 +78,8 @@ def test_local_search_is_a_feasible_split_never_below_the_optimum(inst):
     g, c = inst
     truth = brute_latency(g, c)
     r = local_search(g, c, seed=1)
-    if r.status == "infeasible":
-        assert r.assignment is None
+    if r.status in ("infeasible", "unknown"):  # infeasible only with a proof
+        assert r.assignment is None and (r.status == "unknown" or not math.isfinite(truth))
         return
     assert one_call_each(g, c, r.assignment)
     assert r.objective == pytest.approx(latency_of(r))

@@ -27,7 +27,8 @@ import time
 
 from ..devices import Cluster
 from ..graph import Graph
-from .best import _quick_upper, best_bound
+from ..errors import LimitError
+from .best import SEARCH_UNITS, _quick_upper, best_bound
 from .bound import Bound
 from .combinatorial import classic_bound, combinatorial_bound, neighbourhood
 from .single_stage import pinned_bound, reach_bound
@@ -39,6 +40,14 @@ __all__ = ["Bound", "UnitModel", "best_bound", "classic_bound", "combinatorial_b
            "window_relaxation"]
 
 
+def _fits_mips(graph: Graph, name: str) -> None:
+    """Refuse up front a graph too large for the MIP bounds (models of ``2U`` binaries and more,
+    built before any time limit can act; the reach bound keeps a ``U x U`` ancestor table)."""
+    if graph.n > SEARCH_UNITS:
+        raise LimitError(f"graph {graph.name}: {graph.n:,} nodes, more than the {SEARCH_UNITS:,} the MIP bound "
+                         f"{name} is built for; use --method combinatorial or best (which falls back to it)")
+
+
 def stage_relax(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, width: int = 1) -> Bound:
     """Registry entry ``stage-relax``: the window relaxation maximised over the stage index ``b``
     (chain splits), within ``time_limit`` seconds (default 60) shared over the ``b`` values,
@@ -46,6 +55,7 @@ def stage_relax(graph: Graph, cluster: Cluster, *, time_limit: float | None = No
     every ``b`` was solved to optimality."""
     t0 = time.perf_counter()
     budget = 60.0 if time_limit is None else float(time_limit)
+    _fits_mips(graph, "stage-relax")
     comb = combinatorial_bound(graph, cluster)
     if comb.status == "infeasible" or cluster.k == 0:
         return Bound(comb.bound, "stage-relax", time.perf_counter() - t0, comb.status, kind="any")
@@ -77,6 +87,7 @@ def exact_mip(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
     """Registry entry ``exact-mip``: the dual bound of the exact ordered-stage MIP (chain splits)
     after ``time_limit`` seconds (default 60), seeded with the combinatorial bound; ``extra``
     carries the incumbent's objective."""
+    _fits_mips(graph, "exact-mip")
     comb = combinatorial_bound(graph, cluster)
     if comb.status == "infeasible":
         return Bound(comb.bound, "exact-mip", comb.seconds, "infeasible", kind="any")
@@ -90,6 +101,7 @@ def pinned(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) -
     """Registry entry ``pinned``: the pinned-stage bound over all units, largest neighbourhood
     bound first, within ``time_limit`` seconds (default 60)."""
     t0 = time.perf_counter()
+    _fits_mips(graph, "pinned")
     comb = combinatorial_bound(graph, cluster)
     if comb.status == "infeasible":
         return Bound(comb.bound, "pinned", comb.seconds, "infeasible", kind="any")
@@ -106,6 +118,7 @@ def reach(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) ->
     short order search's split (a tenth of the budget), within ``time_limit`` seconds
     (default 60)."""
     t0 = time.perf_counter()
+    _fits_mips(graph, "reach")
     comb = combinatorial_bound(graph, cluster)
     if comb.status == "infeasible":
         return Bound(comb.bound, "reach", comb.seconds, "infeasible", kind="any")

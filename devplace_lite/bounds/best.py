@@ -34,7 +34,7 @@ import numpy as np
 
 from ..brkga import brkga
 from ..devices import Cluster
-from ..errors import UsageError
+from ..errors import LimitError, UsageError
 from ..graph import Graph
 from .bound import Bound
 from .combinatorial import combinatorial_bound, neighbourhood
@@ -48,11 +48,17 @@ EXACT_LIMIT = 2000
 PINNED = 16
 #: The ideal DP is tried on graphs with at most this many ideals.
 DP_IDEALS = 50_000
+#: Steps 3-7 (order search, MIPs over ``2U`` binaries, an ``O(U^2)`` ancestor table) are tried
+#: on graphs with at most this many units; larger ones get the combinatorial bound.
+SEARCH_UNITS = 5_000
 
 
 def _quick_upper(graph: Graph, cluster: Cluster, time_limit: float) -> float:
     """The max-load of a short order search (`devplace_lite.brkga`), ``inf`` if none fits."""
-    r = brkga(graph, cluster, time_limit=time_limit, patience=20)
+    try:
+        r = brkga(graph, cluster, time_limit=time_limit, patience=20)
+    except LimitError:  # too large to slice: no upper bound from here
+        return math.inf
     return math.inf if r.objective is None else r.objective
 
 
@@ -63,7 +69,10 @@ def _exact_dp(graph: Graph, cluster: Cluster, time_limit: float):
 
     if count_ideals(graph, DP_IDEALS) is None:
         return None
-    r = dp(graph, cluster, time_limit=max(time_limit, 0.01), limit=DP_IDEALS)
+    try:
+        r = dp(graph, cluster, time_limit=max(time_limit, 0.01), limit=DP_IDEALS)
+    except LimitError:  # its first upper bound slices the whole order: too many units for that
+        return None
     return r if r.status in ("optimal", "infeasible") else None
 
 
@@ -114,6 +123,10 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
                              extra={"components": parts, "tight": True})
             lo = max(lo, exact.objective)
             ub = min(ub, exact.objective)
+    if model.U > SEARCH_UNITS:
+        return Bound(lo, "best", time.perf_counter() - t0, "optimal" if closed() else "time_limit", kind="chain",
+                     extra={"components": parts, "upper": ub if math.isfinite(ub) else None, "tight": closed(),
+                            "skipped": f"steps 3-7: more than {SEARCH_UNITS:,} units"})
     if not closed():
         ub = min(ub, _quick_upper(graph, cluster, 0.1 * left()))
     if not closed() and left() > 0:

@@ -62,29 +62,34 @@ def classic_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = 
 
 
 def neighbourhood(model: UnitModel) -> np.ndarray:
-    """``nb(U)`` for every unit (``inf`` for units no accelerator may hold)."""
-    U = model.U
+    """``nb(U)`` for every unit (``inf`` for units no accelerator may hold).
+
+    Vectorised over the triples ``(h, U, X)``, ``U != X`` both in hyperedge ``h``; the sums run
+    in the order of the formula, so the values do not depend on how the triples are stored.
+    """
+    U, H = model.U, model.H
     nb = model.pa.astype(float).copy()
-    incident: list[list[int]] = [[] for _ in range(U)]
-    for h in range(model.H):
-        incident[int(model.h_root[h])].append(h)
-        for x in model.members(h).tolist():
-            incident[x].append(h)
-    for u in range(U):
-        if not incident[u]:
-            continue
-        groups = [[int(model.h_root[h])] + model.members(h).tolist() for h in incident[u]]
-        deg: dict[int, int] = {}
-        for grp in groups:
-            for x in grp:
-                if x != u:
-                    deg[x] = deg.get(x, 0) + 1
-        for h, grp in zip(incident[u], groups):
-            others = [x for x in grp if x != u]
-            if not all(model.acc_ok[x] for x in others):
-                nb[u] += model.h_cost[h]
-            else:
-                nb[u] += min(model.h_cost[h], sum(model.pa[x] / deg[x] for x in others))
+    if H:
+        size = np.diff(model.h_ptr) + 1  # root and the other units
+        ptr = np.concatenate([[0], np.cumsum(size)])
+        unit = np.empty(int(ptr[-1]), dtype=np.int64)  # every hyperedge's units, root first
+        unit[ptr[:-1]] = model.h_root
+        rest = np.ones(len(unit), dtype=bool)
+        rest[ptr[:-1]] = False
+        unit[rest] = model.h_units
+        edge = np.repeat(np.arange(H), size)
+        # triple t pairs incidence inc[t] (h, U) with the unit at position x[t] of h
+        inc = np.repeat(np.arange(len(unit)), size[edge])
+        x = ptr[edge[inc]] + (np.arange(len(inc)) - np.repeat(np.cumsum(size[edge]) - size[edge], size[edge]))
+        keep = unit[inc] != unit[x]
+        inc, x = inc[keep], unit[x[keep]]
+        _, pair, deg = np.unique(unit[inc] * U + x, return_inverse=True, return_counts=True)
+        share = np.bincount(inc, weights=model.pa[x] / deg[pair.reshape(-1)], minlength=len(unit))
+        blocked = np.bincount(inc, weights=~model.acc_ok[x], minlength=len(unit)) > 0
+        cost = model.h_cost[edge]
+        term = np.where(blocked, cost, np.minimum(cost, share))
+        by_unit = np.lexsort((edge, unit))  # per unit, its hyperedges in ascending order
+        np.add.at(nb, unit[by_unit], term[by_unit])
     return np.where(model.acc_ok, nb, np.inf)
 
 
@@ -119,6 +124,8 @@ def combinatorial_bound(graph: Graph, cluster: Cluster, *, time_limit: float | N
     the knapsack bound, valid for any split, with or without CPU cores and memory caps (a
     memory cap only forbids units bigger than it on accelerators)."""
     t0 = time.perf_counter()
+    if graph.n == 0:  # nothing to place: every device idles, and 0 is the optimum
+        return Bound(0.0, "combinatorial", time.perf_counter() - t0, "optimal", kind="any")
     model = UnitModel(graph, cluster, chain=False)
     nb = neighbourhood(model)
     pc = np.where(model.cpu_ok, model.pc, np.nan)

@@ -90,7 +90,7 @@ def _place(args: argparse.Namespace) -> int:
     from ..cost import evaluate
     from ..devices import Cluster
     from ..io import load_graph
-    from ..result import Result
+    from ..result import Result, no_feasible_status
     from ..rl.train import load, place
 
     graph = load_graph(args.graph)
@@ -103,7 +103,7 @@ def _place(args: argparse.Namespace) -> int:
     out = place(model, graph, cluster, samples=args.samples, seed=args.seed)
     ev = evaluate(graph, cluster, out.assignment)
     res = Result("place-rl", graph, cluster, out.assignment, ev.max_load,
-                 "feasible" if ev.feasible else "infeasible", out.seconds,
+                 "feasible" if ev.feasible else no_feasible_status(graph, cluster), out.seconds,
                  extra={"simulated_runtime": out.runtime, "initial_runtime": out.initial,
                         "sim_calls": out.sim_calls, "episodes": out.episodes, "checkpoint": args.checkpoint,
                         "simulator": cfg.params, **({"violations": ev.violations} if not ev.feasible else {})})

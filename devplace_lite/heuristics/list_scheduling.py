@@ -116,8 +116,8 @@ def etf(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed
     """Earliest task first under memory caps; scored under the throughput model."""
     t0 = time.perf_counter()
     R = _Rules(graph, cluster)
-    finite = np.where(np.isfinite(R.cost), R.cost, np.nan)
-    level = _bottom_level(graph, np.nan_to_num(np.nanmin(finite, axis=1)), np.zeros(graph.n))
+    cheapest = R.cost.min(axis=1)  # inf for a node no device runs: it weighs nothing in the level
+    level = _bottom_level(graph, np.where(np.isfinite(cheapest), cheapest, 0.0), np.zeros(graph.n))
     indeg = np.bincount(graph.dst, minlength=graph.n)
     ready = [int(v) for v in np.flatnonzero(indeg == 0)]
     drt = {v: R.ready_time(v) for v in ready}
@@ -146,8 +146,8 @@ def heft(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, see
     t0 = time.perf_counter()
     R = _Rules(graph, cluster)
     D = R.D
-    finite = np.where(np.isfinite(R.cost), R.cost, np.nan)
-    mean_cost = np.nan_to_num(np.nanmean(finite, axis=1))
+    runs = np.isfinite(R.cost)  # a node no device runs has mean cost 0
+    mean_cost = np.where(runs, R.cost, 0.0).sum(axis=1) / np.maximum(runs.sum(axis=1), 1)
     # mean transfer over ordered device pairs: c(u) per accelerator end, nothing on one device
     pair = (R.is_acc[:, None].astype(float) + R.is_acc[None, :]) * (1 - np.eye(D))
     rank = _bottom_level(graph, mean_cost, graph.comm * pair.mean())

@@ -454,7 +454,7 @@ def warm_candidates(graph: Graph, cluster: Cluster, budget: float = 10.0) -> lis
             r = fn(graph, cluster)
         except DevplaceError:  # a baseline that cannot run on this cluster
             continue
-        if r.assignment is not None and r.status != "infeasible":
+        if r.assignment is not None and r.status not in ("infeasible", "unknown"):
             out.append((name, r.assignment))
     return out
 
@@ -470,8 +470,11 @@ def _dp_split(graph: Graph, cluster: Cluster, budget: float) -> tuple[str, np.nd
         r = dp.dp(graph, cluster, time_limit=budget)
         name = "dp" if r.status == "optimal" else "dp-linear"
     except LimitError:  # too many ideals to enumerate
-        r, name = dp.linear(graph, cluster), "dp-linear"
-    if r.assignment is None or r.status == "infeasible":
+        try:
+            r, name = dp.linear(graph, cluster), "dp-linear"
+        except LimitError:  # too many units to slice: the baselines give the start
+            return None
+    if r.assignment is None or r.status in ("infeasible", "unknown"):
         return None
     return name, r.assignment
 
@@ -498,6 +501,11 @@ def _pick_start(data: UnitData, kind: str, warm_start, symmetry: bool, budget: f
     if symmetry and kind != "chain":
         a = canonical_labels(data, a)
     return name, a
+
+
+#: Largest ``units x devices`` for which `throughput_ip` builds its model (the published workloads
+#: need at most about 7,000; 20,000 nodes on 5 devices took minutes and GBs to build).
+MAX_BINARIES = 20_000
 
 
 # -- the method ------------------------------------------------------------------------------------
@@ -538,6 +546,20 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         extra["reason"] = f"node {v} fits on no device (memory, support or CPU time)"
         return Result(method, graph, cluster, None, None, "infeasible", time.perf_counter() - t0, extra=extra)
     budget = 10.0 if time_limit is None else 0.2 * time_limit  # for the DP's warm start
+    binaries = data.U * cluster.size
+    if binaries > MAX_BINARIES:  # the model alone would take minutes and gigabytes to build
+        why = (f"{binaries:,} unit-device binaries, more than {MAX_BINARIES:,}: the integer program is not "
+               f"built for graphs this large")
+        if time_limit is not None and isinstance(warm_start, str) and warm_start == "auto":
+            from ..baselines import balance_by_time, single_device  # one linear-time start, not every one
+            warm_start = (balance_by_time if cluster.k else single_device)(graph, cluster)
+        start = None if time_limit is None else _pick_start(data, kind, warm_start, symmetry, budget)
+        if time_limit is None or start is None:
+            raise LimitError(f"graph {graph.name}: {why}; give --time-limit to get the best warm start "
+                             f"with a bound, or use a method that scales (time, greedy, topo-fill, kl, local-search)")
+        extra.update(reason=why, warm_start=start[0])
+        return Result(method, graph, cluster, start[1], float(evaluate(graph, cluster, start[1]).max_load),
+                      "time_limit", time.perf_counter() - t0, bound=data.lower_bound(), extra=extra)
     start = _pick_start(data, kind, warm_start, symmetry, budget)
     if start is not None:  # nothing better may put a unit where it alone takes longer than the start
         data = UnitData(graph, cluster, cap=float(evaluate(graph, cluster, start[1]).max_load))
