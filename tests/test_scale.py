@@ -24,7 +24,7 @@ from devplace_lite.bounds.combinatorial import combinatorial_bound
 from devplace_lite.cli import main
 from devplace_lite.cost import chain_order, evaluate
 from devplace_lite.devices import Cluster
-from devplace_lite.dp import dp, linear, pipedream
+from devplace_lite.dp import linear, pipedream
 from devplace_lite.errors import LimitError
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, Node
