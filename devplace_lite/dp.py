@@ -525,11 +525,8 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     for merge in (True, "memoryless"):
         poset = unit_graph(graph, fold=merge)
         units = _units(poset)
-        ideals = enumerate_ideals(poset, limit)  # first: too many ideals is the DP's own limit
-        try:
-            upper = _sliced(graph, cluster, poset)
-        except LimitError:  # a long order too large to slice: the DP runs without a first bound
-            upper = None
+        upper = _sliced(graph, cluster, poset)
+        ideals = enumerate_ideals(poset, limit)
         # the bound is the evaluator's value of the linear split (the DP's own sums may differ in
         # the last bits, and _SLACK covers that)
         upper_value = None if upper is None else float(evaluate(graph, cluster, upper).max_load)

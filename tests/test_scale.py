@@ -24,7 +24,7 @@ from devplace_lite.bounds.combinatorial import combinatorial_bound
 from devplace_lite.cli import main
 from devplace_lite.cost import chain_order, evaluate
 from devplace_lite.devices import Cluster
-from devplace_lite.dp import dp, linear, pipedream
+from devplace_lite.dp import linear, pipedream
 from devplace_lite.errors import LimitError
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, Node
@@ -200,17 +200,6 @@ def test_what_does_not_scale_says_so_in_one_line(monkeypatch, capsys, tmp_path):
     with pytest.raises(LimitError, match="PipeDream"):
         pipedream(g, c)
     assert random_best_of(g, c).status == "feasible"  # scored without the slicer
-
-
-def test_the_dp_needs_no_slicing_to_stay_exact(monkeypatch):
-    """An order too long to slice only costs the DP its first upper bound: it stays exact."""
-    g = generate("layered", 60, seed=4)
-    c = Cluster(accelerators=3)
-    want = dp(g, c)
-    monkeypatch.setattr(slicing, "MAX_BLOCKS", 10)
-    got = dp(g, c)
-    assert got.extra["upper_bound"] is None and got.status == want.status == "optimal"
-    assert got.objective == pytest.approx(want.objective, rel=1e-12)
 
 
 def test_ip_past_its_size_returns_the_warm_start_within_the_limit(monkeypatch):
