@@ -49,6 +49,9 @@ HiGHS with one thread and a seed, and a warm start: the DP's split if the DP
 (`devplace_lite.dp`) finishes within a fifth of the time limit, else the best baseline chain
 split. The reported objective is always the evaluator's max-load of the returned placement;
 the bound is the larger of the solver's and ``max(largest unit, total work / devices)``.
+With ``dp_cut=True`` the chain flavour also takes the DP's proven optimum as a row on ``T``:
+the relaxation alone stays far below it on many identical devices (75 % on ResNet-50 layers
+with k = 8 after 60 s), and the DP proves the same model's optimum in milliseconds.
 
 Complexity: NP-hard in general; the model has ``U D`` binaries (``U S`` and ``S`` for the
 chain), ``2 m k`` comm rows and ``(n + 2m) D`` contiguity rows; solve times are measured in
@@ -511,7 +514,7 @@ MAX_BINARIES = 20_000
 # -- the method ------------------------------------------------------------------------------------
 def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, solver: str = "scip",
                   time_limit: float | None = None, gap: float = 0.0, seed: int = 0, threads: int = 1,
-                  warm_start="auto", symmetry: bool = False) -> Result:
+                  warm_start="auto", symmetry: bool = False, dp_cut: bool = False) -> Result:
     """Minimise the largest device load over splits of ``kind`` with an integer program.
 
     Parameters
@@ -526,6 +529,10 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         placement, or ``None``.
     symmetry : fix the labelling of identical devices (contiguous and non-contiguous flavours;
         default off, the solvers handle the symmetry better themselves).
+    dp_cut : chain flavour only: when the DP proved its split optimal within its share of the
+        limit (the ``"auto"`` warm start), add the row ``T >= `` its value. The DP solves the
+        same model exactly, so the row is valid and the solver's bound meets the warm start at
+        once; off by default, so that the IP's own proof is what is measured.
 
     Returns
     -------
@@ -571,6 +578,10 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
             raise AssertionError(f"warm start {start[0]} violates the {kind} model")
         extra["warm_start"] = start[0]
         extra["start_objective"] = float(start_vec[form.T])
+        if dp_cut and kind == "chain" and start[0] == "dp":  # "dp" only when the DP proved it
+            value = extra["start_objective"]
+            form.model.add_row([(form.T, 1.0)], lo=value - 1e-9 * max(1.0, abs(value)))  # solver tolerance
+            extra["cut"] = "dp"
     extra.update(variables=form.model.n_vars, rows=form.model.n_rows)
     left = None
     if time_limit is not None:
