@@ -145,7 +145,8 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
     res = fn(g, c, time_limit=None if left is None else max(left - reserve, MIN_SLICE), seed=args.seed)
     if certify:
         left = _left(args)
-        _certify(res, args.bound_time if left is None else min(args.bound_time, left - MIN_SLICE))
+        _certify(res, args.bound_time if left is None else min(args.bound_time, left - MIN_SLICE),
+                 registry[args.method].split)
     if note:
         res.extra["clamped"] = note
     out = res.to_json()
@@ -159,17 +160,19 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
     return 0
 
 
-def _certify(res, seconds: float) -> None:
+def _certify(res, seconds: float, split: str) -> None:
     """Raise ``res.bound`` to the best bound the library proves in ``seconds``, so that the
     answer's ``gap`` says how far from optimal it can be. Skipped when the method proved
     optimality itself (no solver runs twice), found no feasible placement (an infeasible split's
-    load bounds nothing) or no time is left. A chain split is measured against the chain
-    optimum, any other split against the optimum over all placements."""
+    load bounds nothing) or no time is left. The bound is on the optimum of the splits the
+    method searches (``split``, its registry entry): the chain optimum for pipeline methods, the
+    optimum over all placements otherwise (which also bounds the contiguous optimum; a chain
+    bound would not: a contiguous split can beat every chain)."""
     if res.status not in ("feasible", "time_limit") or res.assignment is None or seconds <= 0:
         return
     from .bounds.best import best_bound
 
-    kind = "chain" if res.check().split == "chain" else "any"
+    kind = "chain" if split == "chain" else "any"
     b = best_bound(res.graph, res.cluster, time_limit=seconds, kind=kind, upper=res.objective)
     if math.isfinite(b.bound) and (res.bound is None or b.bound > res.bound):
         res.bound = b.bound

@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import time
 from typing import Any, Iterator
@@ -25,6 +26,11 @@ from typing import Any, Iterator
 DELAY = 2.0
 
 _enabled = False
+
+
+def enabled() -> bool:
+    """Whether bars are shown now (a solver hooks its callbacks only then)."""
+    return _enabled
 
 
 @contextlib.contextmanager
@@ -39,14 +45,17 @@ def shown(on: bool = True) -> Iterator[None]:
 
 
 class Progress:
-    """A bar over ``total`` steps that appears after `DELAY` seconds when bars are shown.
+    """A bar over ``total`` steps (``None``: open-ended) that appears after `DELAY` seconds when
+    bars are shown.
 
-    ``update(done)`` takes the number of steps done so far (not an increment).
+    ``update(done)`` takes the number of steps done so far (not an increment); ``note(text)``
+    sets the text after the bar (a solver's incumbent and bound).
     """
 
-    def __init__(self, total: int, desc: str, unit: str = "it") -> None:
+    def __init__(self, total: int | None, desc: str, unit: str = "it") -> None:
         self.total, self.desc, self.unit = total, desc, unit
         self.started = time.monotonic()
+        self.shown_at = -math.inf
         self.bar: Any = None
 
     def update(self, done: int) -> None:
@@ -55,10 +64,19 @@ class Progress:
                 return
             from tqdm import tqdm
 
+            clock = {"bar_format": "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} s{postfix}" if self.total
+                     else "{desc}: {n} s{postfix}"} if self.unit == "s" else {}  # a solver's seconds: no rate
             self.bar = tqdm(total=self.total, initial=done, desc=self.desc, unit=self.unit, file=sys.stderr,
-                            leave=False, dynamic_ncols=True, unit_scale=self.total >= 10_000)
+                            leave=False, dynamic_ncols=True, unit_scale=(self.total or 0) >= 10_000, **clock)
         else:
             self.bar.update(done - self.bar.n)
+
+    def note(self, text: str) -> None:
+        if self.bar is not None and text != self.bar.postfix:
+            self.bar.set_postfix_str(text, refresh=False)
+            if time.monotonic() - self.shown_at >= 0.5:  # solvers call back often: redraw twice a second
+                self.bar.refresh()
+                self.shown_at = time.monotonic()
 
     def close(self) -> None:
         if self.bar is not None:

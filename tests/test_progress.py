@@ -13,6 +13,7 @@ from devplace_lite.devices import Cluster
 from devplace_lite.dp import dp
 from devplace_lite.generators import generate
 from devplace_lite.io import save_graph
+from devplace_lite.mip.throughput import throughput_ip
 
 
 @pytest.fixture
@@ -62,3 +63,21 @@ def test_a_short_run_shows_nothing(capsys, graph_file):
     dp(generate("layered", 8, seed=0), Cluster(accelerators=2))
     assert main(["partition", str(graph_file), "--method", "dp", "-k", "3", "--json"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_an_integer_program_shows_its_seconds_incumbent_and_bound(capsys, tmp_path, no_delay):
+    """The IP cannot close this gap in 2 s on any machine (15 % after 60 s in benchmarks/mip)."""
+    p = tmp_path / "g.json"
+    g = generate("layered", 50, seed=0)
+    save_graph(g, p)
+    args = ["partition", str(p), "--method", "ip-contig", "-k", "8", "--cpus", "1", "--time-limit", "2", "--json"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["status"] == "time_limit"
+    assert "scip:" in err and "/2 s" in err and "incumbent" in err
+    assert main([*args, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    with progress.shown():  # HiGHS solves in its own thread; the bar is drawn from this one
+        throughput_ip(g, Cluster(8, 1), "contiguous", solver="highs", time_limit=2)
+    err = capsys.readouterr().err
+    assert "highs:" in err and "/2 s" in err and "incumbent" in err

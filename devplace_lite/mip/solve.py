@@ -45,6 +45,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import UsageError
+from ..progress import Progress, enabled
 
 SOLVERS = ("scip", "highs")
 INF = math.inf
@@ -269,7 +270,8 @@ def run_highs(h, time_limit: float | None = None, gap: float = 0.0) -> Solution:
 
     t0 = time.perf_counter()
     h.setOptionValue("time_limit", INF if time_limit is None else max(float(time_limit), 0.01))
-    _run_interruptibly(h)
+    with Progress(_bar_total(time_limit), "highs", "s") as bar:
+        _run_interruptibly(h, bar)
     st, info = h.getModelStatus(), h.getInfo()
     values = objective = None
     if info.primal_solution_status == 2:  # a feasible point is known
@@ -294,19 +296,49 @@ def run_highs(h, time_limit: float | None = None, gap: float = 0.0) -> Solution:
                     int(max(info.mip_node_count, 0)), None, stop)
 
 
-def _run_interruptibly(h) -> None:
+def _bar_total(time_limit: float | None) -> int | None:
+    return None if time_limit is None else max(1, math.ceil(time_limit))
+
+
+def _bounds_text(primal: float, dual: float) -> str:
+    """``incumbent 9.228, bound 7.84, gap 15.1 %`` for a progress bar (what is known so far)."""
+    parts = []
+    if math.isfinite(primal) and abs(primal) < 1e19:
+        parts.append(f"incumbent {primal:.4g}")
+    if math.isfinite(dual) and abs(dual) < 1e19:
+        parts.append(f"bound {dual:.4g}")
+        if len(parts) == 2 and primal > 0:
+            parts.append(f"gap {100 * max(0.0, primal - dual) / primal:.1f} %")
+    return ", ".join(parts)
+
+
+def _run_interruptibly(h, bar: Progress) -> None:
     """``h.run()`` in HiGHS's own thread, so that Ctrl-C (or SIGTERM) reaches Python at once: the
-    solve is cancelled, waited for, and the interrupt raised (HiGHS alone ignores it to the end)."""
+    solve is cancelled, waited for, and the interrupt raised (HiGHS alone ignores it to the end).
+    Meanwhile ``bar`` shows the seconds spent and, when bars are on, the incumbent and bound."""
     h.HandleUserInterrupt = True  # lets cancelSolve stop the solver at its next callback
+    seen: dict[str, float] = {}
+
+    def watch(event) -> None:  # in HiGHS's thread: only store, the bar is drawn from this one
+        seen["primal"], seen["dual"] = event.data_out.mip_primal_bound, event.data_out.mip_dual_bound
+
+    if enabled():
+        h.cbMipInterrupt.subscribe(watch)
+    t0 = time.perf_counter()
     h.startSolve()
     try:
         while not h.wait(0.1)[0]:
-            pass
+            bar.update(int(time.perf_counter() - t0))
+            if seen:
+                bar.note(_bounds_text(seen["primal"], seen["dual"]))
     except BaseException:
         h.cancelSolve()
         while not h.wait(0.1)[0]:
             pass
         raise
+    finally:
+        if enabled():
+            h.cbMipInterrupt.unsubscribe(watch)
 
 
 def _solve_scip(model: LinearModel, time_limit, gap, seed, threads, start, verbose) -> Solution:
@@ -342,13 +374,17 @@ def _solve_scip(model: LinearModel, time_limit, gap, seed, threads, start, verbo
         a, b = A.indptr[r], A.indptr[r + 1]
         expr = ps.quicksum(v * cols[c] for c, v in zip(A.indices[a:b].tolist(), A.data[a:b].tolist()))
         m.addCons(ps.scip.ExprCons(expr, lhs=None if lo == -INF else lo, rhs=None if hi == INF else hi))
+    bar = Progress(_bar_total(time_limit), "scip", "s")
+    if enabled():
+        m.includeEventhdlr(_scip_ticker(bar), "devplace-progress", "the progress bar's incumbent and bound")
     accepted = None
     if start is not None:
         sol = m.createSol()
         for c, v in zip(cols, start.tolist()):
             m.setSolVal(sol, c, v)
         accepted = bool(m.addSol(sol, free=True))
-    m.optimize()
+    with bar:
+        m.optimize()
     st = m.getStatus()
     if st == "userinterrupt":  # SCIP caught Ctrl-C itself: Python never saw it
         raise KeyboardInterrupt
@@ -374,6 +410,29 @@ def _solve_scip(model: LinearModel, time_limit, gap, seed, threads, start, verbo
     bound = None if status == "infeasible" else _finite(float(m.getDualbound()))
     return Solution(status, values, objective, bound, time.perf_counter() - t0, "scip", int(m.getNNodes()),
                     accepted, stop)
+
+
+def _scip_ticker(bar: Progress):
+    """An event handler that moves ``bar`` after each presolve round, LP and node SCIP solves and each better solution
+    (a class made here: pyscipopt is imported only when SCIP is used)."""
+    import pyscipopt as ps
+
+    class Ticker(ps.Eventhdlr):
+        events = (ps.SCIP_EVENTTYPE.PRESOLVEROUND | ps.SCIP_EVENTTYPE.LPSOLVED | ps.SCIP_EVENTTYPE.NODESOLVED
+                  | ps.SCIP_EVENTTYPE.BESTSOLFOUND)
+
+        def eventinit(self) -> None:
+            self.model.catchEvent(self.events, self)
+
+        def eventexit(self) -> None:
+            self.model.dropEvent(self.events, self)
+
+        def eventexec(self, event) -> None:
+            m = self.model
+            bar.update(int(m.getSolvingTime()))
+            bar.note(_bounds_text(m.getPrimalbound(), m.getDualbound()))
+
+    return Ticker()
 
 
 def _finite(x: float) -> float | None:
