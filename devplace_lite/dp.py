@@ -38,7 +38,10 @@ How it is fast (every cut keeps the optimum):
   proportional to its degree, never ``O(n)`` per pair.
 * **Reads that cannot matter skipped.** A state of ``J`` whose work cannot fit within ``T``
   holds ``inf``; the kernel tests ``J``'s work (one small array) before it reads ``J``'s row of
-  ``D`` (a large table, and on big posets the main cost of the kernel).
+  ``D`` (a large table). Per ideal ``I`` it also keeps the largest such threshold over the
+  states of ``I`` still in play, so a pair whose ``J`` is too heavy for all of them costs one
+  comparison, not ``(k+1)(l+1)``: on Inception-v3 fewer than 1 % of the visited pairs update
+  anything, and the search itself (the hyperedge counts) is what remains of the time.
 * **A compiled kernel.** The search and the ``(k+1)(l+1)`` updates per pair run in numba,
   compiled ahead of time at install (`devplace_lite.compiled`).
 
@@ -157,6 +160,7 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
         # state (c, f, I) can lie on a split within cap only if I's work fits c cores and f
         # accelerators and the rest fits the others (CPU cores absorb at most absorb[c])
         any_rel = False
+        w_hi = inf if cap == inf else -inf  # the most work a sub-ideal J may carry and update I
         for c in range(l + 1):
             for f in range(k + 1):
                 D[I, c, f] = inf if I > 0 else 0.0
@@ -165,6 +169,10 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
                 rel[c, f] = cap == inf or (pa_ideal[I] <= f * cap + absorb[c] + tol
                                            and total - pa_ideal[I] <= (k - f) * cap + absorb[l - c] + tol)
                 any_rel = any_rel or rel[c, f]
+                if rel[c, f] and f > 0 and cap < inf:  # the thresholds of the update loops below
+                    w_hi = max(w_hi, (f - 1) * cap + absorb[c] + tol)
+                if rel[c, f] and c > 0 and cap < inf:
+                    w_hi = max(w_hi, f * cap + absorb[c - 1] + tol)
         depth = 0 if any_rel and I > 0 else -1
         if depth == 0:  # count each hyperedge's members in I (walk I down to the empty ideal)
             K = I
@@ -235,6 +243,7 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
                     load = npa + ncm
                     if load <= cap:
                         stats[2] += 1
+                    if load <= cap and wJ <= w_hi:  # one test instead of the loop's first, per (c, f)
                         for c in range(l + 1):
                             for f in range(1, k + 1):
                                 if not rel[c, f] or wJ > (f - 1) * cap + absorb[c] + tol:
@@ -246,7 +255,7 @@ def _kernel(i0, i1, budget, mx_ptr, mx_unit, mx_child, pa, pc, mem, mem_core, ba
                                     D[I, c, f] = v
                                     BJ[I, c, f] = J
                                     BT[I, c, f] = 3
-                if cpu_ok:
+                if cpu_ok and wJ <= w_hi:
                     load = npc
                     for c in range(1, l + 1):
                         for f in range(k + 1):

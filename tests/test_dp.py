@@ -141,7 +141,7 @@ def test_orphan_backward_nodes_are_attached_and_the_split_is_sound():
 @pytest.mark.parametrize("training", [False, True])
 def test_pruning_keeps_the_optimum_on_larger_graphs(fam, training):
     g = generate(fam, 22 if not training else 14, seed=11, training=training)
-    for c in (Cluster(3, 1), Cluster(4, 0, memory=float(g.memory.sum() / 3))):
+    for c in (Cluster(3, 1), Cluster(4, 0, memory=float(g.memory.sum() / 3)), Cluster(1, 0)):
         full, fast = dp(g, c, prune=False), dp(g, c)
         assert full.status == fast.status
         if full.status == "optimal":
