@@ -455,16 +455,17 @@ def test_time_limit_covers_the_certifying_bound(capsys, graph, monkeypatch, meth
         return balance_by_time(graph_, cluster)
     monkeypatch.setattr(cli, "time", clock)
     monkeypatch.setattr(cli.methods, "resolve", lambda registry, name, what="": method)
-    monkeypatch.setattr(cli, "_certify", lambda res, seconds: seen.update(bound=seconds))
-    assert run(capsys, "partition", graph, "--method", "m", "--time-limit", "10")[0] == 0
+    monkeypatch.setattr(cli, "_certify", lambda res, seconds, split: seen.update(bound=seconds, split=split))
+    assert run(capsys, "partition", graph, "--method", "time", "--time-limit", "10")[0] == 0
+    assert seen["split"] == "chain"  # the bound is on the optimum of the splits the method searches
     assert seen["method"] == pytest.approx(9 - 1.8)  # 10 less 1 s for the answer, less min(5, 0.2 * 9)
     if method_spends is None:
         assert seen["bound"] == pytest.approx(1.8 - cli.MIN_SLICE)
         assert clock.now + seen["bound"] <= 9
     else:
         assert seen["bound"] == 5.0
-    assert run(capsys, "partition", graph, "--method", "m")[0] == 0
-    assert seen == {"method": None, "bound": 5.0}
+    assert run(capsys, "partition", graph, "--method", "time")[0] == 0
+    assert seen == {"method": None, "bound": 5.0, "split": "chain"}
 
 
 def test_help_states_the_bound_time_and_the_whole_command_limit(capsys):
