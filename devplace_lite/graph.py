@@ -218,13 +218,17 @@ class Graph:
         self._topo = np.array(order, dtype=np.int64)
 
     def _kahn(self) -> list[int]:
+        # successors read from the sorted edge arrays: building `succ` (a list per node) here
+        # would cost every command on a large graph its time and memory
         indeg = np.bincount(self.dst, minlength=self.n).tolist()
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(self.src, minlength=self.n))]).tolist()
+        dst = self.dst.tolist()
         stack = [v for v in range(self.n - 1, -1, -1) if indeg[v] == 0]
         order: list[int] = []
         while stack:
             v = stack.pop()
             order.append(v)
-            for w in reversed(self.succ[v]):
+            for w in reversed(dst[ptr[v]:ptr[v + 1]]):
                 indeg[w] -= 1
                 if indeg[w] == 0:
                     stack.append(w)
