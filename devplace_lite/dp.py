@@ -72,7 +72,7 @@ import numpy as np
 from .compiled import kernel
 from .cost import evaluate
 from .devices import Cluster
-from .errors import LimitError
+from .errors import SCALABLE_METHODS, LimitError
 from .graph import Graph
 from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
 from .progress import Progress
@@ -517,6 +517,12 @@ def linear(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, s
                    {"units": poset.size})
 
 
+#: About the most units the DP takes: past it, slicing one order for its first upper bound
+#: usually passes the slicer's table limit and the DP refuses (benchmarks/scale: 10,000-node
+#: layered graphs are solved, 100,000-node ones refused).
+DP_UNITS = 10_000
+
+
 def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
        limit: int = DEFAULT_LIMIT, prune: bool = True) -> Result:
     """The optimal chain-of-ideals split (module docstring: problem, speed-ups, exactness).
@@ -524,7 +530,8 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     Status ``"optimal"`` with ``bound == objective``; ``"infeasible"`` when no chain split
     fits (memory caps, unsupported nodes); ``"time_limit"`` with the linear split as the
     incumbent and a proven lower bound when ``time_limit`` seconds pass first. Raises
-    `LimitError` when the graph has more than ``limit`` ideals. ``prune=False`` visits every
+    `LimitError` when the graph has more than ``limit`` ideals or is too large for its first
+    upper bound (`DP_UNITS`: the slicer's table). ``prune=False`` visits every
     nested pair (the plain recurrence, for comparison); ``extra["pairs"]`` counts them.
     """
     t0 = time.perf_counter()
@@ -534,7 +541,12 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     for merge in (True, "memoryless"):
         poset = unit_graph(graph, fold=merge)
         units = _units(poset)
-        upper = _sliced(graph, cluster, poset)
+        try:
+            upper = _sliced(graph, cluster, poset)
+        except LimitError:  # the slicer's own message would name the first step, not the DP
+            raise LimitError(f"graph {graph.name}: the DP cannot take a graph this large ({poset.size:,} units; "
+                             f"even its first upper bound, one sliced order, passes the slicer's table limit); "
+                             f"use a method that scales ({SCALABLE_METHODS})") from None
         ideals = enumerate_ideals(poset, limit)
         # the bound is the evaluator's value of the linear split (the DP's own sums may differ in
         # the last bits, and _SLACK covers that)
@@ -572,7 +584,7 @@ def _pipedream_plan(poset: UnitGraph, units: _Units, cluster: Cluster) -> np.nda
     if U * U * (k + 1) * (l_ + 1) > PIPEDREAM_WORK:
         raise LimitError(f"graph {g.name}: PipeDream's planner takes time quadratic in the units, and "
                          f"{U:,} units on {k + l_} devices pass its limit; use a method that scales "
-                         f"(time, greedy, topo-fill, kl, local-search, etf, heft)")
+                         f"({SCALABLE_METHODS})")
     fwd = ~g.backward
     out = np.zeros(U)
     for u in range(g.n):  # data a unit sends forward: producers with a consumer in another unit

@@ -27,7 +27,8 @@ import numpy as np
 
 from .cost import evaluate
 from .devices import Cluster
-from .errors import LimitError, UsageError
+from .dp import DP_UNITS
+from .errors import SCALABLE_METHODS, LimitError, UsageError
 from .graph import Graph
 from .result import Result
 from .units import order_edges, order_vertices, unit_graph
@@ -122,8 +123,9 @@ def exhaustive(graph: Graph, cluster: Cluster, kind: str = "chain", limit: int =
     classes = unit_graph(graph, chain=False)  # colocation classes only: no reduction to trust
     units, U, D, k = classes.unit, classes.size, cluster.size, cluster.k
     if D ** U > limit:
+        other = "dp or ip" if U <= DP_UNITS else f"a method that scales ({SCALABLE_METHODS})"
         raise LimitError(f"exhaustive search needs {D}^{U} assignments, over the limit of {limit:,}; "
-                         f"use dp or ip for graphs this size")
+                         f"use {other} for graphs this size")
     allowed = np.ones((U, D), dtype=bool)  # which devices each unit may use
     allowed[classes.bad_acc, :k] = False
     allowed[classes.bad_cpu, k:] = False

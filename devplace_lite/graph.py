@@ -88,23 +88,48 @@ class Graph:
 
     def __post_init__(self) -> None:
         self.nodes = list(self.nodes)
-        self.index: dict[str, int] = {}
+        ids = [v.id for v in self.nodes]
+        if not all(isinstance(i, str) and i for i in ids):
+            self._refuse_ids()
+        self.index: dict[str, int] = dict(zip(ids, range(len(ids))))
+        if len(self.index) < len(ids):
+            self._refuse_ids()
+        self._check_numbers()
+        src, dst = self._edge_indices(list(self.edges))
+        # duplicates merged, sorted by (source, target)
+        key = np.sort(src * max(self.n, 1) + dst)
+        key = key[np.concatenate(([True], key[1:] != key[:-1]))] if len(key) else key
+        self.src, self.dst = key // max(self.n, 1), key % max(self.n, 1)
+        self.edges = list(zip(map(ids.__getitem__, self.src.tolist()), map(ids.__getitem__, self.dst.tolist())))
+        self._check_acyclic()
+
+    def _refuse_ids(self) -> None:
+        """The first node whose id is not a non-empty string or repeats an earlier one."""
+        seen: set[str] = set()
         for i, v in enumerate(self.nodes):
             if not isinstance(v.id, str) or not v.id:
                 raise GraphError(f"node #{i}: id must be a non-empty string, got {v.id!r}")
-            self.index.setdefault(v.id, i)
-        if len(self.index) < len(self.nodes):
-            dup = next(v.id for i, v in enumerate(self.nodes) if self.index[v.id] != i)
-            raise GraphError(f"node {dup}: duplicate id")
-        self._check_numbers()
-        index = self.index
+            if v.id in seen:
+                raise GraphError(f"node {v.id}: duplicate id")
+            seen.add(v.id)
+
+    def _edge_indices(self, edges: list) -> tuple[np.ndarray, np.ndarray]:
+        """Source and target indices of the edges, by a mapping pass in C; when that meets a
+        malformed pair, an unknown node or a self-loop, the edge-by-edge pass names the first."""
+        try:
+            src = np.fromiter(map(self.index.__getitem__, [s for s, _ in edges]), dtype=np.int64, count=len(edges))
+            dst = np.fromiter(map(self.index.__getitem__, [t for _, t in edges]), dtype=np.int64, count=len(edges))
+            if not (src == dst).any():
+                return src, dst
+        except (KeyError, TypeError, ValueError):
+            pass
         src, dst = [], []
-        for e in self.edges:
+        for e in edges:
             try:
                 s, t = e
             except (TypeError, ValueError):
                 raise GraphError(f"edge {e!r}: expected a (source, target) pair") from None
-            i, j = index.get(s), index.get(t)
+            i, j = self.index.get(s), self.index.get(t)
             if i is None:
                 raise GraphError(f"edge {s} -> {t}: unknown source node {s}")
             if j is None:
@@ -113,12 +138,7 @@ class Graph:
                 raise GraphError(f"edge {s} -> {t}: self-loop on node {s}")
             src.append(i)
             dst.append(j)
-        # duplicates merged, sorted by (source, target)
-        key = np.unique(np.asarray(src, dtype=np.int64) * max(self.n, 1) + np.asarray(dst, dtype=np.int64))
-        self.src, self.dst = key // max(self.n, 1), key % max(self.n, 1)
-        ids = [v.id for v in self.nodes]
-        self.edges = [(ids[s], ids[t]) for s, t in zip(self.src.tolist(), self.dst.tolist())]
-        self._check_acyclic()
+        return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
 
     def _check_numbers(self) -> None:
         """The per-node arrays, every number finite and >= 0; on a bad value, the per-node check
@@ -198,13 +218,17 @@ class Graph:
         self._topo = np.array(order, dtype=np.int64)
 
     def _kahn(self) -> list[int]:
+        # successors read from the sorted edge arrays: building `succ` (a list per node) here
+        # would cost every command on a large graph its time and memory
         indeg = np.bincount(self.dst, minlength=self.n).tolist()
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(self.src, minlength=self.n))]).tolist()
+        dst = self.dst.tolist()
         stack = [v for v in range(self.n - 1, -1, -1) if indeg[v] == 0]
         order: list[int] = []
         while stack:
             v = stack.pop()
             order.append(v)
-            for w in reversed(self.succ[v]):
+            for w in reversed(dst[ptr[v]:ptr[v + 1]]):
                 indeg[w] -= 1
                 if indeg[w] == 0:
                     stack.append(w)

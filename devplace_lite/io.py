@@ -23,6 +23,7 @@ is an error, not the node ``"None"``); ``defaults`` and ``meta`` are objects. Ev
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import math
@@ -79,11 +80,10 @@ def read_json(path: str | os.PathLike) -> Any:
     LimitError
         Larger than `MAX_INPUT_BYTES`.
     """
-    data = read_input(path)
-    try:
-        text = data.decode("utf-8-sig")
+    try:  # the bytes are dropped as soon as decoded: a large file's text is not held twice
+        text = read_input(path).decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise GraphError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+        raise GraphError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     try:
         return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as e:
@@ -235,8 +235,65 @@ def _native_defaults(value: Any) -> dict[str, Any]:
     return out
 
 
-def graph_from_native(obj: dict, name: str = "graph") -> Graph:
+def _native_node(rec: Any, i: int) -> Node:
+    """Node ``#i`` of a native file, every field checked; a refusal names the node and the field."""
+    if not isinstance(rec, dict):
+        raise GraphError(f"node #{i}: expected an object")
+    nid = _ident(_field(rec, "id", f"node #{i}"), f"node #{i}", "id")
+    where = f"node {nid}"
+    unknown = set(rec) - set(NATIVE_SCHEMA)
+    if unknown:
+        raise GraphError(f"{where}: unknown field(s) {sorted(unknown)}")
+    p_cpu, color = rec.get("p_cpu"), rec.get("color")
+    return Node(
+        id=nid,
+        p_acc=_num(_field(rec, "p_acc", where), where, "p_acc"),
+        p_cpu=None if p_cpu is None else _num(p_cpu, where, "p_cpu"),
+        memory=_num(rec.get("memory", 0.0), where, "memory"),
+        comm=_num(rec.get("comm", 0.0), where, "comm"),
+        supported=_flag(rec.get("supported", True), where, "supported"),
+        backward=_flag(rec.get("backward", False), where, "backward"),
+        color=None if color is None else _ident(color, where, "color"),
+        name=_text(rec.get("name", ""), where, "name"),
+        out_bytes=_num(rec.get("out_bytes", 0.0), where, "out_bytes"),
+        flops=_num(rec.get("flops", 0.0), where, "flops"),
+    )
+
+
+_NATIVE_KEYS = NATIVE_SCHEMA.keys()
+_MAX_FLOAT = sys.float_info.max
+
+
+def _plain_node(rec: Any) -> Node | None:
+    """The node of a record whose every field has the common type (string id, float numbers,
+    bool flags), checked with no per-field call or message; ``None`` sends any other record to
+    `_native_node`, which accepts it or names what is wrong. Most of a large file's load time is
+    spent here, once per node."""
+    if type(rec) is not dict or not rec.keys() <= _NATIVE_KEYS:
+        return None
+    g = rec.get
+    nid, p_acc, p_cpu, color, name = g("id"), g("p_acc"), g("p_cpu"), g("color"), g("name", "")
+    memory, comm, out_bytes, flops = g("memory", 0.0), g("comm", 0.0), g("out_bytes", 0.0), g("flops", 0.0)
+    supported, backward = g("supported", True), g("backward", False)
+    # 0 <= x <= max float is false for NaN and infinities
+    if (type(nid) is str and nid and type(name) is str
+            and type(p_acc) is float and 0.0 <= p_acc <= _MAX_FLOAT
+            and (p_cpu is None or type(p_cpu) is float and 0.0 <= p_cpu <= _MAX_FLOAT)
+            and type(memory) is float and 0.0 <= memory <= _MAX_FLOAT
+            and type(comm) is float and 0.0 <= comm <= _MAX_FLOAT
+            and type(out_bytes) is float and 0.0 <= out_bytes <= _MAX_FLOAT
+            and type(flops) is float and 0.0 <= flops <= _MAX_FLOAT
+            and type(supported) is bool and type(backward) is bool
+            and (color is None or type(color) is str and color)):
+        return Node(nid, p_acc, p_cpu, memory, comm, supported, backward, color, name, out_bytes, flops)
+    return None
+
+
+def graph_from_native(obj: dict, name: str = "graph", *, consume: bool = False) -> Graph:
     """The graph of a parsed native file (`NATIVE_SCHEMA`), every field type-checked.
+
+    ``consume=True`` lets the reader drop each node and edge record of ``obj`` once it is read
+    (the caller gives ``obj`` up): a file's parsed tree and its graph then do not both live whole.
 
     Raises
     ------
@@ -253,32 +310,22 @@ def graph_from_native(obj: dict, name: str = "graph") -> Graph:
     nodes_in, edges_in = _list(obj, "nodes", "native graph"), _list(obj, "edges", "native graph")
     nodes = []
     for i, rec in enumerate(nodes_in):
-        if not isinstance(rec, dict):
-            raise GraphError(f"node #{i}: expected an object")
-        nid = _ident(_field(rec, "id", f"node #{i}"), f"node #{i}", "id")
-        where = f"node {nid}"
-        unknown = set(rec) - set(NATIVE_SCHEMA)
-        if unknown:
-            raise GraphError(f"{where}: unknown field(s) {sorted(unknown)}")
-        p_cpu, color = rec.get("p_cpu"), rec.get("color")
-        nodes.append(Node(
-            id=nid,
-            p_acc=_num(_field(rec, "p_acc", where), where, "p_acc"),
-            p_cpu=None if p_cpu is None else _num(p_cpu, where, "p_cpu"),
-            memory=_num(rec.get("memory", 0.0), where, "memory"),
-            comm=_num(rec.get("comm", 0.0), where, "comm"),
-            supported=_flag(rec.get("supported", True), where, "supported"),
-            backward=_flag(rec.get("backward", False), where, "backward"),
-            color=None if color is None else _ident(color, where, "color"),
-            name=_text(rec.get("name", ""), where, "name"),
-            out_bytes=_num(rec.get("out_bytes", 0.0), where, "out_bytes"),
-            flops=_num(rec.get("flops", 0.0), where, "flops"),
-        ))
+        nodes.append(_plain_node(rec) or _native_node(rec, i))
+        if consume:
+            nodes_in[i] = None
     edges = []
     for j, e in enumerate(edges_in):
-        if not (isinstance(e, list) and len(e) == 2):
+        if type(e) is list and len(e) == 2 and type(e[0]) is str and e[0] and type(e[1]) is str and e[1]:
+            edges.append((e[0], e[1]))
+        elif not (isinstance(e, list) and len(e) == 2):
             raise GraphError(f"edge #{j}: expected [source, target], got {_show(e)}")
-        edges.append((_ident(e[0], f"edge #{j}", "source"), _ident(e[1], f"edge #{j}", "target")))
+        else:
+            edges.append((_ident(e[0], f"edge #{j}", "source"), _ident(e[1], f"edge #{j}", "target")))
+        if consume:
+            edges_in[j] = None
+    if consume:
+        nodes_in.clear()
+        edges_in.clear()
     return Graph(nodes, edges, name=_text(obj.get("name", name), "native graph", "name"),
                  defaults=_native_defaults(obj.get("defaults", {})),
                  meta=_finite_tree(_obj(obj.get("meta", {}), "native graph: 'meta'"), "native graph: 'meta'"))
@@ -404,13 +451,21 @@ def load_graph(path: str | os.PathLike) -> Graph:
     LimitError
         The file is larger than `devplace_lite.files.MAX_INPUT_BYTES`.
     """
-    obj = read_json(path)
+    # The collector is paused while millions of acyclic records are made: its full passes over a
+    # growing heap cost a fifth of a large file's load and find nothing to free.
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        fmt = detect_format(obj)
-        reader = graph_from_native if fmt == "native" else graph_from_msr
-        return reader(obj, Path(path).stem)
-    except GraphError as e:
-        raise GraphError(f"{path}: {e}") from None
+        obj = read_json(path)  # its messages name the file already
+        try:
+            if detect_format(obj) == "native":
+                return graph_from_native(obj, Path(path).stem, consume=True)
+            return graph_from_msr(obj, Path(path).stem)
+        except GraphError as e:
+            raise GraphError(f"{path}: {e}") from None
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def save_graph(graph: Graph, path: str | os.PathLike, to: str = "native") -> None:

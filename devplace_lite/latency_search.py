@@ -72,7 +72,10 @@ def unit_blocks(graph: Graph) -> list[np.ndarray]:
     cycle once contracted fused into one block (`devplace_lite.units.pipeline_units`). Returns
     the node indices of each block."""
     order, follow = pipeline_units(graph)
-    return [np.flatnonzero(follow == u) for u in order]
+    # grouped by one sort: a scan of all nodes per unit was quadratic (10^6 nodes: past 200 s)
+    by_unit = np.argsort(follow, kind="stable")
+    cuts = np.searchsorted(follow[by_unit], np.arange(len(order) + 1)) if len(follow) else np.zeros(1, np.int64)
+    return [by_unit[cuts[u]:cuts[u + 1]] for u in order.tolist()]
 
 
 # -- the greedy baseline -----------------------------------------------------------------------------

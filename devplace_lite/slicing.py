@@ -39,7 +39,7 @@ import numpy as np
 from .compiled import kernel
 from .dag import topological_order
 from .devices import Cluster
-from .errors import GraphError, LimitError, UsageError
+from .errors import SCALABLE_METHODS, GraphError, LimitError, UsageError
 from .graph import Graph
 from .units import UnitGraph, free_nodes, unit_graph
 
@@ -181,8 +181,7 @@ class Slicer:
         offs = np.concatenate([[0], np.cumsum(acc_end - np.arange(U) - 1)]).astype(np.int64)
         if offs[-1] > MAX_BLOCKS:
             raise LimitError(f"graph {self.graph.name}: slicing an order of {U:,} units keeps {int(offs[-1]):,} "
-                             f"blocks, more than {MAX_BLOCKS:,}; use a method that scales (time, greedy, "
-                             f"topo-fill, kl, local-search, etf, heft)")
+                             f"blocks, more than {MAX_BLOCKS:,}; use a method that scales ({SCALABLE_METHODS})")
         cost = np.empty(int(offs[-1]))
         if k:
             _acc_costs(order, self.pa, self.inc_ptr, self.inc_h, self.h_size, self.h_cost, acc_end, offs,

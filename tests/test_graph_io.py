@@ -121,3 +121,37 @@ def test_expert_split_reads_and_backward_nodes_follow_their_class(reference_dir)
     p = load_placement(reference_dir / "human-experts/gnmt_training_expert.json", g, c)
     ev = evaluate(g, c, p)
     assert len(p) == g.n and ev.feasible and ev.split == "chain"
+
+
+def test_common_records_read_as_the_strict_reader_reads_them():
+    """The loader's one-test path (`_plain_node`) takes a record only when it reads it exactly as
+    the field-by-field reader does; any other record goes to that reader."""
+    from devplace_lite.io import _native_node, _plain_node
+
+    obj = graph_to_native(with_backward(generate("cells", 30, seed=2)))
+    recs = obj["nodes"]
+    recs[0].update(p_acc=3, memory=0, supported=1, backward=0)  # integers and 0/1 flags
+    recs[1].update(id=7001, color=5)                              # integer id and class
+    recs[2].update(p_cpu=None, flops=2.5e9, name="")
+    recs[3].update(comm=1.7976931348623157e308)                  # the largest float
+    plain = [_plain_node(r) for r in recs]
+    assert plain[0] is None and plain[1] is None and plain[2] is not None and plain[3] is not None
+    assert sum(p is not None for p in plain) > len(recs) // 2    # the common case takes the one test
+    for i, (rec, p) in enumerate(zip(recs, plain)):
+        assert p is None or p == _native_node(rec, i)
+    for bad in ({"p_acc": float("nan")}, {"memory": -0.5}, {"supported": "false"}, {"color": ""}, {"id": ""},
+                {"extra": 1}, {"backward": None}, {"name": 3}):
+        rec = {**recs[2], **bad}
+        assert _plain_node(rec) is None
+        with pytest.raises(GraphError):
+            _native_node(rec, 2)
+
+
+def test_loading_consumes_only_a_tree_given_up():
+    obj = graph_to_native(generate("layered", 40, seed=3))
+    copy = json.loads(json.dumps(obj))
+    g = graph_from_native(obj)
+    assert obj == copy  # a caller's tree is left as it was
+    h = graph_from_native(obj, consume=True)
+    assert obj["nodes"] == [] and obj["edges"] == []
+    assert h.ids == g.ids and h.edges == g.edges and np.array_equal(h.p_acc, g.p_acc)

@@ -24,8 +24,9 @@ from devplace_lite.bounds.combinatorial import combinatorial_bound
 from devplace_lite.cli import main
 from devplace_lite.cost import chain_order, evaluate
 from devplace_lite.devices import Cluster
-from devplace_lite.dp import linear, pipedream
+from devplace_lite.dp import dp, linear, pipedream
 from devplace_lite.errors import LimitError
+from devplace_lite.exhaustive import exhaustive
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, Node
 from devplace_lite.heuristics.list_scheduling import etf, heft
@@ -195,7 +196,16 @@ def test_what_does_not_scale_says_so_in_one_line(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(slicing, "MAX_BLOCKS", 1_000)
     with pytest.raises(LimitError, match="slicing an order of"):
         linear(g, c)
+    # the DP's refusal names the DP and what answers instead, not its first step
+    with pytest.raises(LimitError, match=r"the DP cannot take a graph this large .*use a method that scales \(time,"):
+        dp(g, c)
     from devplace_lite import dp as dp_module
+    # exhaustive search suggests the DP only where the DP answers
+    with pytest.raises(LimitError, match="use dp or ip for"):
+        exhaustive(g, c)
+    monkeypatch.setattr("devplace_lite.exhaustive.DP_UNITS", 100)
+    with pytest.raises(LimitError, match=r"use a method that scales \(time, greedy"):
+        exhaustive(g, c)
     monkeypatch.setattr(dp_module, "PIPEDREAM_WORK", 1e4)
     with pytest.raises(LimitError, match="PipeDream"):
         pipedream(g, c)

@@ -167,6 +167,7 @@ def _bisect(graph: Graph, cluster: Cluster, blocks: Blocks, label: np.ndarray, f
     label[free] = devs[0]
     segments: list[tuple[np.ndarray, list[int]]] = [(free, devs)]
     while any(len(d) > 1 for _, d in segments):
+        loads = state = None  # the last round's tables go before this round's are built
         order = np.concatenate([s for s, _ in segments])
         loads = BothWays(graph, blocks, order, work, comm=on_acc)
         mem_prefix = np.concatenate([[0.0], np.cumsum(mem[order])])

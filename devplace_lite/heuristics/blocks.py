@@ -29,6 +29,27 @@ from ..graph import Graph
 from ..units import UnitGraph, unit_graph
 
 
+class Rows:
+    """Row ``x`` of a compressed adjacency (``ptr``, ``idx``) as an int array, a view made on
+    access: a million blocks held as a million small arrays would cost ~130 bytes each."""
+
+    def __init__(self, ptr: np.ndarray, idx: np.ndarray) -> None:
+        self.ptr, self.idx = ptr, idx
+
+    @classmethod
+    def of(cls, rows: np.ndarray, cols: np.ndarray, count: int) -> "Rows":
+        """The rows of ``count`` nodes from (row, col) pairs, each row keeping the pairs' order."""
+        by_row = np.argsort(rows, kind="stable")
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=count))]).astype(np.int64)
+        return cls(ptr, np.ascontiguousarray(cols[by_row], dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    def __getitem__(self, x: int) -> np.ndarray:
+        return self.idx[self.ptr[x]:self.ptr[x + 1]]
+
+
 @dataclass(frozen=True, eq=False)
 class Blocks:
     """The heuristics' view of a `UnitGraph`.
@@ -62,12 +83,14 @@ class Blocks:
         return self.order
 
     @cached_property
-    def succ(self) -> list[np.ndarray]:
-        return [np.asarray(x, dtype=np.int64) for x in self.units.succ]
+    def succ(self) -> Rows:
+        a = self.units.arcs.reshape(-1, 2)
+        return Rows.of(a[:, 0], a[:, 1], self.count)
 
     @cached_property
-    def pred(self) -> list[np.ndarray]:
-        return [np.asarray(x, dtype=np.int64) for x in self.units.pred]
+    def pred(self) -> Rows:
+        a = self.units.arcs.reshape(-1, 2)
+        return Rows.of(a[:, 1], a[:, 0], self.count)
 
     @cached_property
     def sizes(self) -> np.ndarray:

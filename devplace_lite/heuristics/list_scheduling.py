@@ -69,16 +69,40 @@ class _Rules:
         self.cap = np.where(self.is_acc, cluster.memory, np.inf)
         self.a = np.full(g.n, -1, dtype=np.int64)
         self.finish = np.zeros(g.n)
+        # Per node, a scheduler touches a few predecessors on a few devices: plain Python on
+        # lists, since a dozen numpy calls on arrays of two or three cost ~30 us each (most of
+        # the time at 10^6 nodes). Predecessors come from the edge arrays (no per-node lists).
+        by_dst = np.argsort(g.dst, kind="stable")
+        self.pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(g.dst, minlength=g.n))]).tolist()
+        self.pred_idx = g.src[by_dst].tolist()
+        self.comm_of = g.comm.tolist()
+        self.acc_of = [float(x) for x in self.is_acc]  # 1.0 on an accelerator: it pays comm
+        self.a_of = [-1] * g.n
+        self.finish_of = [0.0] * g.n
 
-    def ready_time(self, v: int) -> np.ndarray:
-        """Earliest time ``v``'s inputs can be on each device."""
-        P = np.asarray(self.g.pred[v], dtype=np.int64)
-        if not len(P):
-            return np.zeros(self.D)
-        dp = self.a[P]
-        delay = self.g.comm[P][:, None] * (self.is_acc[dp][:, None].astype(float) + self.is_acc[None, :])
-        delay[dp[:, None] == np.arange(self.D)[None, :]] = 0.0
-        return (self.finish[P][:, None] + delay).max(axis=0)
+    def ready_time(self, v: int) -> list[float]:
+        """Earliest time ``v``'s inputs can be on each device: a producer's output reaches
+        another device after its comm once per accelerator end, its own device at once."""
+        out = [0.0] * self.D
+        acc = self.acc_of
+        for p in self.pred_idx[self.pred_ptr[v]:self.pred_ptr[v + 1]]:
+            f, dp, c = self.finish_of[p], self.a_of[p], self.comm_of[p]
+            for d in range(self.D):
+                t = f if d == dp else f + c * (acc[dp] + acc[d])
+                if t > out[d]:
+                    out[d] = t
+        return out
+
+    def allowed_one(self, v: int) -> list[bool]:
+        """The devices node ``v`` may start on now (`allowed` for one node)."""
+        u = int(self.units[v])
+        fixed = int(self.unit_dev[u])
+        if fixed >= 0:
+            return [d == fixed for d in range(self.D)]
+        ok = [c < np.inf for c in self.cost[v].tolist()]
+        need, used, cap = float(self.unit_mem[u]), self.mem_used.tolist(), self.cap.tolist()
+        fits = [o and used[d] + need <= cap[d] for d, o in enumerate(ok)]
+        return fits if any(fits) else ok  # nothing fits: ignore the cap
 
     def allowed(self, nodes: np.ndarray) -> np.ndarray:
         """(len(nodes), D) mask of devices each node may start on now."""
@@ -94,8 +118,8 @@ class _Rules:
         return np.where(has[:, None], pinned, free_ok)
 
     def place(self, v: int, d: int, start: float) -> float:
-        self.a[v] = d
-        self.finish[v] = start + self.cost[v, d]
+        self.a[v] = self.a_of[v] = d
+        self.finish[v] = self.finish_of[v] = start + float(self.cost[v, d])
         u = self.units[v]
         if self.unit_dev[u] < 0:
             self.unit_dev[u] = d
@@ -105,11 +129,17 @@ class _Rules:
 
 def _bottom_level(graph: Graph, weight: np.ndarray, edge: np.ndarray) -> np.ndarray:
     """Longest path from each node to an exit: ``weight[v] + max(edge[v] + level[s])``."""
-    level = np.zeros(graph.n)
+    ptr, succ = _successors(graph)
+    level, w, e = [0.0] * graph.n, weight.tolist(), edge.tolist()
     for v in graph.topological_order()[::-1].tolist():
-        s = graph.succ[v]
-        level[v] = weight[v] + (edge[v] + level[s].max() if s else 0.0)
-    return level
+        s = succ[ptr[v]:ptr[v + 1]]
+        level[v] = w[v] + (e[v] + max([level[x] for x in s]) if s else 0.0)
+    return np.array(level)
+
+
+def _successors(graph: Graph) -> tuple[list[int], list[int]]:
+    """Successors of node ``v``: ``succ[ptr[v]:ptr[v + 1]]`` (the graph's edges are sorted by source)."""
+    return np.concatenate([[0], np.cumsum(np.bincount(graph.src, minlength=graph.n))]).tolist(), graph.dst.tolist()
 
 
 def etf(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
@@ -118,22 +148,30 @@ def etf(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed
     R = _Rules(graph, cluster)
     cheapest = R.cost.min(axis=1)  # inf for a node no device runs: it weighs nothing in the level
     level = _bottom_level(graph, np.where(np.isfinite(cheapest), cheapest, 0.0), np.zeros(graph.n))
-    indeg = np.bincount(graph.dst, minlength=graph.n)
-    ready = [int(v) for v in np.flatnonzero(indeg == 0)]
+    indeg = np.bincount(graph.dst, minlength=graph.n).tolist()
+    ready = [v for v, x in enumerate(indeg) if x == 0]
     drt = {v: R.ready_time(v) for v in ready}
     free = np.zeros(R.D)
     makespan = 0.0
+    lv = level.tolist()
+    ptr, succ = _successors(graph)
     while ready:
-        nodes = np.array(ready, dtype=np.int64)
-        est = np.maximum(np.stack([drt[v] for v in ready]), free[None, :])
-        est = np.where(R.allowed(nodes), est, np.inf)
-        i, d = np.unravel_index(np.lexsort((-np.repeat(level[nodes], R.D), est.ravel()))[0], est.shape)
+        if len(ready) * R.D <= 64:  # the usual case: a few ready nodes, scanned in Python
+            fr = free.tolist()
+            start, _, i, d = min((max(drt[v][d], fr[d]) if ok else np.inf, -lv[v], i, d)
+                                 for i, v in enumerate(ready) for d, ok in enumerate(R.allowed_one(v)))
+        else:  # earliest start, then the higher level, then the first listed (lexsort is stable)
+            nodes = np.array(ready, dtype=np.int64)
+            est = np.maximum(np.array([drt[v] for v in ready]), free[None, :])
+            est = np.where(R.allowed(nodes), est, np.inf)
+            i, d = np.unravel_index(np.lexsort((-np.repeat(level[nodes], R.D), est.ravel()))[0], est.shape)
+            start = float(est[i, d])
         v = ready.pop(int(i))
         del drt[v]
-        end = R.place(v, int(d), float(est[i, d]))
+        end = R.place(v, int(d), start)
         free[d] = end
         makespan = max(makespan, end)
-        for w in graph.succ[v]:
+        for w in succ[ptr[v]:ptr[v + 1]]:
             indeg[w] -= 1
             if indeg[w] == 0:
                 ready.append(w)
@@ -158,11 +196,11 @@ def heft(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, see
     makespan = 0.0
     for v in np.lexsort((pos, -rank)).tolist():
         ready_at = R.ready_time(v)
-        ok = R.allowed(np.array([v]))[0]
-        if not ok.any():  # no device may run it (an infeasible instance): the evaluator says so
-            ok = np.ones(D, dtype=bool)
+        ok = R.allowed_one(v)
+        if not any(ok):  # no device may run it (an infeasible instance): the evaluator says so
+            ok = [True] * D
         best = None
-        for d in np.flatnonzero(ok).tolist():
+        for d in (d for d in range(D) if ok[d]):
             s = _slot(starts[d], ends[d], float(ready_at[d]), float(R.cost[v, d]))
             if best is None or s + R.cost[v, d] < best[0]:
                 best = (s + R.cost[v, d], d, s)
