@@ -468,6 +468,20 @@ def test_time_limit_covers_the_certifying_bound(capsys, graph, monkeypatch, meth
     assert seen == {"method": None, "bound": 5.0, "split": "chain"}
 
 
+def test_a_certifying_bound_past_its_seconds_is_stopped_and_the_answer_stands(monkeypatch):
+    """At 10^6 nodes building the bound's models outlasted --bound-time by 20 s; now an interval
+    timer stops it (a bound that would sleep 60 s here: the flag says the timer fired)."""
+    import devplace_lite.bounds.best as best
+    from devplace_lite.baselines import balance_by_time
+
+    monkeypatch.setattr(best, "best_bound", lambda *a, **k: time.sleep(60))
+    res = balance_by_time(generate("layered", 30, seed=0), Cluster(3))
+    before = res.bound
+    cli._certify(res, 0.2, "chain")
+    assert "stopped after 0.2 s" in res.extra["bound_skipped"] and res.bound == before
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.default_int_handler, None)
+
+
 def test_help_states_the_bound_time_and_the_whole_command_limit(capsys):
     with pytest.raises(SystemExit):
         main(["partition", "--help"])
@@ -482,3 +496,16 @@ def test_error_kinds():
         read_input("/dev/zero")
     with pytest.raises(UsageError):
         write_atomic("/dev/null", lambda f: None)
+
+
+def test_a_bound_past_the_time_limit_answers_with_the_node_bound(capsys, graph, monkeypatch):
+    """`devplace bound` whose method outlasts --time-limit (models too large to build in time)
+    answers with the slowest node at its fastest device, status time_limit, within the limit."""
+    from devplace_lite import methods
+
+    monkeypatch.setattr(methods, "resolve", lambda registry, name, what="": lambda g, c, time_limit: time.sleep(60))
+    code, out, _ = run(capsys, "bound", graph, "--method", "best", "-k", "2", "--time-limit", "1", "--json")
+    answer = json.loads(out)
+    g = load_graph(graph)
+    assert code == 0 and answer["status"] == "time_limit" and answer["method"] == "node"
+    assert answer["bound"] == pytest.approx(float(g.p_acc.max())) and "best was stopped" in answer["stopped"]

@@ -61,6 +61,21 @@ def classic_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = 
     return Bound(value, "classic", time.perf_counter() - t0, "trivial")
 
 
+def node_bound(graph: Graph, cluster: Cluster) -> Bound:
+    """The slowest node at its fastest allowed device (an accelerator where it is supported and
+    fits the memory cap, a CPU core where it has a CPU time): every placement runs it somewhere.
+    ``O(n)`` with no model built, the answer of last resort when a stronger bound runs out of
+    time before its model is even ready."""
+    from ..latency_bounds import allowed_kinds  # the one definition of where a node may run
+
+    t0 = time.perf_counter()
+    acc, cpu = allowed_kinds(graph, cluster)
+    fastest = np.minimum(np.where(acc, graph.p_acc, np.inf), np.where(cpu, graph.p_cpu, np.inf))
+    if not np.isfinite(fastest).all():
+        return Bound(math.inf, "node", time.perf_counter() - t0, "infeasible")
+    return Bound(float(fastest.max(initial=0.0)), "node", time.perf_counter() - t0, "trivial")
+
+
 def neighbourhood(model: UnitModel) -> np.ndarray:
     """``nb(U)`` for every unit (``inf`` for units no accelerator may hold).
 
