@@ -18,8 +18,9 @@ Target (issue 19): geometric mean of ``best`` at k = 16 of at least 0.98, no bou
 
 Run: ``python benchmarks/bounds/run.py`` (full testbed, about 2 hours on one core; resumes
 where it stopped unless ``--fresh``), ``--quick`` (generated graphs only), ``--workers N``,
-``--rerun best,best-nodp [--k 16]`` (those methods again over the stored records, the other
-rows kept; each record notes when and at what load; the README says which columns were rerun).
+``--rerun best,best-nodp [--k 16] [--graph NAME]`` (those methods again over the stored
+records, the other rows kept; each record notes when and at what load; the README says which
+columns were rerun).
 """
 
 from __future__ import annotations
@@ -263,17 +264,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="run these methods again over the stored records, keeping the other rows")
     ap.add_argument("--k", type=lambda v: [int(x) for x in v.split(",")], metavar="K[,K]",
                     help="with --rerun: only the records of these k")
+    ap.add_argument("--graph", type=lambda v: v.split(","), metavar="NAME[,NAME]",
+                    help="with --rerun: only the records of these graphs")
     args = ap.parse_args(argv)
     unknown = sorted(set(args.rerun or []) - set(METHODS))
-    if unknown or (args.k and not args.rerun):
+    if unknown or ((args.k or args.graph) and not args.rerun):
         ap.error(f"unknown method {unknown[0]!r} (expected one of {', '.join(METHODS)})" if unknown
-                 else "--k applies to --rerun")
+                 else "--k and --graph apply to --rerun")
     out = HERE / ("results-quick.json" if args.quick else "results.json")
     records: list[dict] = [] if args.fresh or not out.exists() else read_json(out)["records"]
     sources = {name: (grp, src) for grp, name, src in testbed(args.quick)}
     if args.rerun:
         # slowest first: the long ones overlap the short ones when there are workers to spare
-        jobs = sorted((r for r in records if r["graph"] in sources and (not args.k or r["k"] in args.k)),
+        jobs = sorted((r for r in records if r["graph"] in sources and (not args.k or r["k"] in args.k)
+                       and (not args.graph or r["graph"] in args.graph)),
                       key=lambda r: -sum(r["bounds"][m]["seconds"] for m in args.rerun))
         records = [r for r in records if r not in jobs]
         todo = [(rerun_instance, (r, sources[r["graph"]][1], args.rerun)) for r in jobs]

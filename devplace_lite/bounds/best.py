@@ -46,6 +46,9 @@ from .single_stage import pinned_bound, reach_bound
 from .stages import stage_mip, window_relaxation
 from .units import UnitModel
 
+#: Share of the budget kept back for what the last solver runs past its own limit (HiGHS stops
+#: at its next check; `devplace_lite.mip.solve.CANCEL_GRACE`), so the whole call stays within it.
+RESERVE = 0.01
 #: Largest exact MIP (binaries) that `best_bound` attempts.
 EXACT_LIMIT = 2000
 #: At most this many units get a pinned-stage MIP.
@@ -111,7 +114,7 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
     lo, ub = comb.bound, math.inf if upper is None else float(upper)
 
     def left() -> float:
-        return budget - (time.perf_counter() - t0)
+        return (1 - RESERVE) * budget - (time.perf_counter() - t0)
 
     def closed() -> bool:
         return math.isfinite(ub) and lo >= ub * (1 - 1e-6)
