@@ -248,3 +248,46 @@ def test_bounds_on_the_authors_workload(reference_dir):
     pin = pinned_bound(model, order).bound
     assert _leq(pin, opt) and pin >= 0.99 * opt  # the embedding weight read at both ends decides
     assert combinatorial_bound(g, c).bound < 0.8 * opt
+
+
+def test_best_bound_survives_a_dp_out_of_time(monkeypatch):
+    """A DP stopped by its share proves nothing, but its incumbent bounds the optimum above and
+    the relaxations after it still run: the bound stays valid and the gap still closes."""
+    from devplace_lite import dp as dp_module
+
+    real, runs = dp_module.dp, []
+
+    def stopped(graph, cluster, *, time_limit=None, **kw):  # stops before its first ideal
+        runs.append(real(graph, cluster, time_limit=1e-9, **kw))
+        return runs[-1]
+
+    monkeypatch.setattr(dp_module, "dp", stopped)
+    g, c = generate("layered", 12, 1), Cluster(accelerators=3)
+    opt = exhaustive(g, c, kind="chain").objective
+    b = best_bound(g, c, time_limit=60)
+    assert [r.status for r in runs] == ["time_limit"]
+    assert b.extra["components"]["dp"] == {"bound": None, "seconds": round(runs[0].seconds, 4), "status": "time_limit"}
+    assert b.extra["upper"] <= runs[0].objective * (1 + TOL)  # the DP's incumbent counts
+    assert set(b.extra["components"]) - {"combinatorial", "pinned", "dp"}  # steps 5-7 still ran
+    assert _leq(b.bound, opt)
+    assert b.status == "optimal" and b.bound == pytest.approx(opt, rel=1e-6)
+
+
+def test_a_highs_solve_is_cancelled_past_its_deadline():
+    """HiGHS checks its own time limit too seldom in some phases; run_highs cancels the solve
+    past the deadline. A reach step that takes HiGHS minutes, given no time limit of its own,
+    comes back interrupted, with a dual bound still valid."""
+    import highspy
+
+    from devplace_lite.bounds.single_stage import StageSet
+    from devplace_lite.generators import random_dag
+    from devplace_lite.mip.solve import _run_interruptibly
+    from devplace_lite.progress import Progress
+
+    model = UnitModel(random_dag(100, seed=0, p=0.04), Cluster(accelerators=16), chain=True)
+    s = StageSet(model, "acc")
+    s.reach(30.0, 8.0, time_limit=0.01)  # sets up the step of T = 8 from p(A) <= 30 (HiGHS: > 60 s)
+    s.h.setOptionValue("time_limit", math.inf)
+    _run_interruptibly(s.h, Progress(None, "highs", "s"), deadline=0.0)  # long past
+    assert s.h.getModelStatus() == highspy.HighsModelStatus.kInterrupt
+    assert s.h.getInfo().mip_dual_bound < 0  # minimising -p(D): a finite bound on the reach

@@ -3,17 +3,21 @@
 The order is cheapest first, and each step starts from what the previous ones proved:
 
 1. the combinatorial bound (closed form, any split);
-2. the exact ideal DP (`devplace_lite.dp`) when the graph has at most `DP_IDEALS` ideals: its
-   optimum is the chain optimum, the best bound there is;
-3. a quick upper bound, a short order search (`devplace_lite.brkga`, a tenth of the budget):
+2. a quick upper bound, a short order search (`devplace_lite.brkga`, a tenth of the budget):
    it tells when the bound is already tight and where to aim the reach bound's probes;
-4. the pinned-stage bound on the units with the largest neighbourhood bounds;
+3. the pinned-stage bound on the units with the largest neighbourhood bounds (often tight
+   where one heavy unit decides the optimum);
+4. the exact ideal DP (`devplace_lite.dp`) when the graph has at most `DP_IDEALS` ideals, with
+   `DP_SHARE` of what is left: its optimum is the chain optimum, the best bound there is. A DP
+   stopped by its share proves nothing, but its incumbent (the linear split) bounds the optimum
+   above, and the steps below keep the rest of the budget;
 5. the window relaxation for the middle stage (a tenth of what is left);
 6. the reach bound (a search on ``T``), unless the gap is already closed;
 7. the exact ordered-stage MIP when the instance is small (``U (k + l) <= 2000`` binaries),
    with whatever time is left; its incumbent can also lower the upper bound.
 
-Steps 2 and 4-7 bound the chain-of-ideals optimum only; with ``kind="any"`` (a placement that need not
+Graphs of more than `SEARCH_UNITS` units get steps 1 and 4 only (the DP with the whole budget).
+Steps 3-7 bound the chain-of-ideals optimum only; with ``kind="any"`` (a placement that need not
 be a pipeline, e.g. from a non-contiguous IP) only step 1 applies.
 
 Example
@@ -42,14 +46,21 @@ from .single_stage import pinned_bound, reach_bound
 from .stages import stage_mip, window_relaxation
 from .units import UnitModel
 
+#: Share of the budget kept back for what the last solver runs past its own limit (HiGHS stops
+#: at its next check; `devplace_lite.mip.solve.CANCEL_GRACE`), so the whole call stays within it.
+RESERVE = 0.01
 #: Largest exact MIP (binaries) that `best_bound` attempts.
 EXACT_LIMIT = 2000
 #: At most this many units get a pinned-stage MIP.
 PINNED = 16
 #: The ideal DP is tried on graphs with at most this many ideals.
 DP_IDEALS = 50_000
-#: Steps 3-7 (order search, MIPs over ``2U`` binaries, an ``O(U^2)`` ancestor table) are tried
-#: on graphs with at most this many units; larger ones get the combinatorial bound.
+#: The DP's share of what steps 1-3 leave: where it cannot finish (Inception's 34,000 ideals
+#: take 15-20 s of CPU at any k), the relaxations after it still get the rest.
+DP_SHARE = 0.3
+#: Steps 2, 3 and 5-7 (order search, MIPs over ``2U`` binaries, an ``O(U^2)`` ancestor table)
+#: are tried on graphs with at most this many units; larger ones get the combinatorial bound
+#: and the DP.
 SEARCH_UNITS = 5_000
 
 
@@ -63,17 +74,17 @@ def _quick_upper(graph: Graph, cluster: Cluster, time_limit: float) -> float:
 
 
 def _exact_dp(graph: Graph, cluster: Cluster, time_limit: float):
-    """The ideal DP's optimal `Result`, or None (too many ideals, or out of time)."""
+    """The ideal DP's `Result` (optimal, infeasible, or stopped with its linear incumbent), or
+    None when the graph has too many ideals or too many units to slice."""
     from ..dp import dp
     from ..ideals import count_ideals
 
     if count_ideals(graph, DP_IDEALS) is None:
         return None
     try:
-        r = dp(graph, cluster, time_limit=max(time_limit, 0.01), limit=DP_IDEALS)
+        return dp(graph, cluster, time_limit=max(time_limit, 0.01), limit=DP_IDEALS)
     except LimitError:  # its first upper bound slices the whole order: too many units for that
         return None
-    return r if r.status in ("optimal", "infeasible") else None
 
 
 def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, kind: str = "chain",
@@ -103,7 +114,7 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
     lo, ub = comb.bound, math.inf if upper is None else float(upper)
 
     def left() -> float:
-        return budget - (time.perf_counter() - t0)
+        return (1 - RESERVE) * budget - (time.perf_counter() - t0)
 
     def closed() -> bool:
         return math.isfinite(ub) and lo >= ub * (1 - 1e-6)
@@ -113,20 +124,28 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
         parts[b.method] = {"bound": b.bound, "seconds": round(b.seconds, 4), "status": b.status}
         lo = max(lo, b.bound)
 
-    if use_dp and not closed():
-        exact = _exact_dp(graph, cluster, 0.4 * left())
-        if exact is not None:
-            parts["dp"] = {"bound": exact.objective if exact.objective is not None else math.inf,
-                           "seconds": round(exact.seconds, 4), "status": exact.status}
-            if exact.status == "infeasible":
-                return Bound(math.inf, "best", time.perf_counter() - t0, "infeasible", kind="chain",
-                             extra={"components": parts, "tight": True})
-            lo = max(lo, exact.objective)
+    def exact_dp(seconds: float) -> bool:
+        """Step 4 within ``seconds``; True when the DP proved that no chain split exists."""
+        nonlocal lo, ub
+        exact = _exact_dp(graph, cluster, seconds)
+        if exact is None:
+            return False
+        solved = exact.status in ("optimal", "infeasible")
+        parts["dp"] = {"bound": (math.inf if exact.objective is None else exact.objective) if solved else None,
+                       "seconds": round(exact.seconds, 4), "status": exact.status}
+        if exact.objective is not None:  # stopped or not, its split bounds the optimum above
             ub = min(ub, exact.objective)
-    if model.U > SEARCH_UNITS:
+        if solved and exact.objective is not None:
+            lo = max(lo, exact.objective)
+        return exact.status == "infeasible"
+
+    if model.U > SEARCH_UNITS:  # steps 2, 3 and 5-7 do not scale there: the DP has it all
+        if use_dp and not closed() and exact_dp(left()):
+            return Bound(math.inf, "best", time.perf_counter() - t0, "infeasible", kind="chain",
+                         extra={"components": parts, "tight": True})
         return Bound(lo, "best", time.perf_counter() - t0, "optimal" if closed() else "time_limit", kind="chain",
                      extra={"components": parts, "upper": ub if math.isfinite(ub) else None, "tight": closed(),
-                            "skipped": f"steps 3-7: more than {SEARCH_UNITS:,} units"})
+                            "skipped": f"steps 2, 3, 5-7: more than {SEARCH_UNITS:,} units"})
     if not closed():
         ub = min(ub, _quick_upper(graph, cluster, 0.1 * left()))
     if not closed() and left() > 0:
@@ -134,6 +153,9 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
         nb = neighbourhood(model)
         candidates = [int(v) for v in np.argsort(-nb, kind="stable") if np.isfinite(nb[v]) and nb[v] >= 0.5 * lo]
         record(pinned_bound(model, candidates[:PINNED], time_limit=0.15 * left(), lower=lo))
+    if use_dp and not closed() and left() > 0 and exact_dp(DP_SHARE * left()):
+        return Bound(math.inf, "best", time.perf_counter() - t0, "infeasible", kind="chain",
+                     extra={"components": parts, "tight": True})
     if not closed() and left() > 0 and cluster.k:
         # one window (the middle stage, modelled exactly): cheap, and a floor for the reach search
         w = window_relaxation(graph, cluster, (cluster.k + 1) // 2, time_limit=0.1 * left(), lower=lo, model=model)
