@@ -228,3 +228,18 @@ def test_random_draws_stay_linear_on_large_graphs(big):
     r = random_best_of(big, Cluster(accelerators=4))
     assert r.status == "feasible" and r.extra["samples"] <= 5_000_000 // big.n
     assert math.isfinite(r.objective)
+
+
+def test_info_leaves_the_width_out_past_its_size(capsys, tmp_path, monkeypatch):
+    """Past WIDTH_NODES `info` says the width was not computed (null in --json), instead of
+    spending half a minute on the max-flow at a million nodes."""
+    from devplace_lite import cli
+    from devplace_lite.io import save_graph
+
+    monkeypatch.setattr(cli, "WIDTH_NODES", 10)
+    p = tmp_path / "g.json"
+    save_graph(generate("layered", 30, seed=0), p)
+    assert cli.main(["info", str(p), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["width"] is None
+    assert cli.main(["info", str(p)]) == 0
+    assert "width            not computed past 10 nodes" in capsys.readouterr().out
