@@ -207,7 +207,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     fn = methods.resolve(methods.BOUND, args.method, "bound method")
     left = _left(args)
     try:
-        with contextlib.nullcontext() if left is None else _overtime_after(left + OVERTIME_GRACE):
+        with contextlib.nullcontext() if left is None else _overtime_after(left):  # the method had all of it
             b = fn(g, c, time_limit=left)
     except _Overtime:  # its models outlasted the limit on a huge graph: the bound every placement obeys
         from .bounds.combinatorial import node_bound
