@@ -404,8 +404,8 @@ def test_ctrl_c_inside_scip_keeps_stdout_clean(tmp_path):
     g = tmp_path / "g.json"
     save_graph(generate("layered", 300, seed=1), g)
     p = subprocess.Popen([sys.executable, "-c", SCIP_READY, "partition", str(g), "-k", "5", "--method",
-                          "ip-noncontig", "--time-limit", "120", "--bound-time", "0", "--json"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "ip-noncontig", "--time-limit", "120", "--bound-time", "0", "--json", "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # --quiet: no solver bar
     assert p.stderr.readline() == "solving\n"
     time.sleep(1.0)  # inside SCIP's solve, where SCIP (not Python) catches SIGINT
     p.send_signal(signal.SIGINT)
