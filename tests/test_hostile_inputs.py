@@ -352,7 +352,9 @@ def test_signal_mid_write_leaves_nothing(tmp_path, graph, sig, named):
 
 
 SLEEPY_METHOD = """
-import sys, time
+import signal, sys, time
+# a child starts with SIGINT ignored when its parent ignores it (POSIX); the test plays a terminal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from devplace_lite import methods
 def sleepy(graph, cluster, **kw):
     print("solving", file=sys.stderr, flush=True)
