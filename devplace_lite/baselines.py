@@ -31,6 +31,7 @@ from .exhaustive import batch_loads, exhaustive
 from .errors import UsageError
 from .graph import Graph
 from .result import Result, no_feasible_status
+from .slicing import _greedy_cut
 from .units import UnitGraph, unit_graph
 
 
@@ -65,8 +66,6 @@ def min_max_blocks(weights: np.ndarray, blocks: int) -> np.ndarray:
     (`slicing._greedy_cut`: a million items took 20 s in Python). Returns the block index of
     each item.
     """
-    from .slicing import _greedy_cut
-
     w = np.ascontiguousarray(weights, dtype=float)
     if len(w) == 0:
         return np.zeros(0, dtype=np.int64)

@@ -179,17 +179,16 @@ def _certify(res, seconds: float, split: str) -> None:
     from .bounds.best import best_bound
 
     kind = "chain" if split == "chain" else "any"
+    res.extra["bound_kind"] = kind
     try:
         with _overtime_after(seconds + OVERTIME_GRACE):
             b = best_bound(res.graph, res.cluster, time_limit=seconds, kind=kind, upper=res.objective)
     except _Overtime:  # building a bound's model can outlast its limit on huge graphs: the answer stands
-        res.extra["bound_kind"] = kind
         res.extra["bound_skipped"] = f"the certifying bound was stopped after {seconds:.3g} s"
         return
     if math.isfinite(b.bound) and (res.bound is None or b.bound > res.bound):
         res.bound = b.bound
         res.extra["bound_method"] = b.method
-    res.extra["bound_kind"] = kind
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
