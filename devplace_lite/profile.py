@@ -42,7 +42,9 @@ How
      ``.half()`` first for half-precision traffic).
    * measured (``"cpu-measured"``, ``"cuda-measured"``): each node runs ``warmup`` times, then
      ``repeats`` timed runs, median; backward nodes time the node's local backward. CPU runs
-     use ``time.perf_counter``; CUDA runs use CUDA events and ``torch.cuda.synchronize``.
+     on one thread use that thread's CPU time (``time.thread_time``: a busy machine's waits
+     for a core are not counted), on several ``time.perf_counter``; CUDA runs use CUDA events
+     and ``torch.cuda.synchronize``.
      ``p_cpu`` is always measured on one CPU thread; ``p_acc`` on the GPU, or for
      ``cpu-measured`` on ``threads`` CPU threads (default 1: one pipeline stage per core, and
      a figure a shared machine's other work disturbs least; ``graph.meta["threads"]`` records
@@ -505,14 +507,25 @@ def roofline_ms(kernels: Iterable[tuple[float, float]], spec: AcceleratorSpec, o
     return sum(max(f / spec.flops, b / spec.bandwidth) * 1e3 + overhead_ms for f, b in kernels)
 
 
+def _cpu_clock() -> Callable[[], float]:
+    """The clock of a CPU pass. With one torch thread all the arithmetic runs on the calling
+    thread, so its CPU time is the node's time, and time spent waiting for a core on a busy
+    machine is not counted (the pipeline's stage times, `pipeline.cpu_clock`, count the same
+    way). With several threads, or where the thread clock is coarse (Windows: 15.6 ms), wall
+    time."""
+    fine = time.get_clock_info("thread_time").resolution <= 1e-6
+    return time.thread_time if torch.get_num_threads() == 1 and fine else time.perf_counter
+
+
 def _time_cpu(fn: Callable[[], Any], repeats: int, warmup: int) -> float:
     for _ in range(warmup):
         fn()
+    clock = _cpu_clock()
     samples = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
+        samples.append((clock() - t0) * 1e3)
     return statistics.median(samples)
 
 
