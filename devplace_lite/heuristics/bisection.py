@@ -58,6 +58,13 @@ from .intervals import BothWays
 _EPS = 1e-12
 
 
+def _improves(key: tuple[float, float], best: tuple[float, float]) -> bool:
+    """``key`` (memory overflow, load) beats ``best``: less overflow, or as little and a lower
+    load, by a relative margin; any finite load beats an infinite one (no inf - inf)."""
+    tol = _EPS * max(1.0, best[1]) if math.isfinite(best[1]) else 0.0
+    return key[0] < best[0] - _EPS or (key[0] <= best[0] + _EPS and key[1] < best[1] - tol)
+
+
 def kl(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
        passes: int = 4, max_moves: int = 64, patience: int = 16, polish: bool = True) -> Result:
     """Recursive bisection along a topological order with FM refinement (a chain split).
@@ -118,7 +125,14 @@ def _cpu_options(graph: Graph, cluster: Cluster, blocks: Blocks, free: np.ndarra
         return options
     k, G = cluster.k, len(free)
     cpu = blocks.sums(graph.p_cpu)[free]
-    cpu_prefix = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(cpu), cpu, np.inf))])
+    cpu_fin = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(cpu), cpu, 0.0))])
+    cpu_inf = np.concatenate([[0], np.cumsum(~np.isfinite(cpu))])
+
+    def cpu_load(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+        """CPU load of free[a:b]; infinite where a node there cannot run on a CPU (no inf - inf)."""
+        return np.where(cpu_inf[b] > cpu_inf[a], np.inf, cpu_fin[b] - cpu_fin[a])
+
+    cpu_prefix, cpu_suffix = cpu_load(0, np.arange(G + 1)), cpu_load(np.arange(G + 1), G)  # free[:p], free[p:]
     mem_prefix = np.concatenate([[0.0], np.cumsum(mem[free])])
     loads = BothWays(graph, blocks, free, work)
     acc_suffix, acc_prefix = loads.column(G), loads.row(0)  # load of free[p:], of free[:p]
@@ -127,7 +141,7 @@ def _cpu_options(graph: Graph, cluster: Cluster, blocks: Blocks, free: np.ndarra
     fits_prefix = mem_prefix <= room                    # accelerators hold free[:p]
     for est, cut in ((np.where(fits_suffix, np.maximum(cpu_prefix, acc_suffix / k), np.inf),
                       lambda p: ([(free[p:], devs)], free[:p])),
-                     (np.where(fits_prefix, np.maximum(cpu_prefix[-1] - cpu_prefix, acc_prefix / k), np.inf),
+                     (np.where(fits_prefix, np.maximum(cpu_suffix, acc_prefix / k), np.inf),
                       lambda p: ([(free[:p], devs)], free[p:]))):
         inner = est[1:G]
         if len(inner) and np.isfinite(inner.min()):
@@ -145,7 +159,7 @@ def _cpu_options(graph: Graph, cluster: Cluster, blocks: Blocks, free: np.ndarra
         ok = (b <= G) & (left_devs[a] <= k)
         a, b = a[ok], b[ok]
         if len(a):
-            est = np.maximum(cpu_prefix[b] - cpu_prefix[a], (acc_prefix[a] + acc_suffix[b]) / k)
+            est = np.maximum(cpu_load(a, b), (acc_prefix[a] + acc_suffix[b]) / k)
             i = int(np.argmin(est))
             lo, hi = int(a[i]), int(b[i])
             left, right = free[:lo], free[hi:]
@@ -278,7 +292,7 @@ def _refine(state: LoadState, blocks: Blocks, seg: np.ndarray, left: int, right:
             apply(x, t)
             locked.add(x)
             done.append((x, s))
-            if key[0] < best[0] - _EPS or (key[0] <= best[0] + _EPS and key[1] < best[1] - _EPS * max(1.0, best[1])):
+            if _improves(key, best):
                 best, best_len, since = key, len(done), 0
             else:
                 since += 1
