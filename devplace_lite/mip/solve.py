@@ -20,6 +20,10 @@ The contract (`Solution`):
   vector) is handed to the solver before it starts; one thread and a fixed seed by default, so
   a run without a time limit repeats exactly.
 
+HiGHS does not check its time limit in every phase (root probing ran a minute past it), so a
+large time-limited HiGHS solve runs in a child process that is killed at the deadline
+(`devplace_lite.mip.highs_child`).
+
 Models that are re-solved with changed bounds (the bounds' stage sets) keep a HiGHS instance:
 `LinearModel.highs` builds it and `run_highs` solves it under the same contract.
 
@@ -239,7 +243,9 @@ def solve(model: LinearModel, solver: str = "scip", time_limit: float | None = N
 
     ``time_limit`` in seconds (``None``: none); ``gap``: stop when ``(primal - dual) / primal``
     is at most this; ``start``: a feasible column vector to start from (a warm start);
-    ``verbose``: let the solver print its log.
+    ``verbose``: let the solver print its log. A HiGHS solve with a time limit, of a model with
+    `ISOLATE_NNZ` nonzeros or more, runs in a child process that is killed `KILL_GRACE` s past
+    the limit (HiGHS ignores its limit in some phases; `devplace_lite.mip.highs_child`).
     """
     name = check_solver(solver)
     if time_limit is not None and not time_limit > 0:
@@ -249,6 +255,8 @@ def solve(model: LinearModel, solver: str = "scip", time_limit: float | None = N
     start_vec = None if start is None else np.asarray(start, float)
     if name == "highs":
         t0 = time.perf_counter()
+        if time_limit is not None and len(model.cost) and model.matrix().nnz >= ISOLATE_NNZ:
+            return _run_highs_child(model, time_limit, gap, seed, threads, start_vec, verbose)
         h = model.highs(gap, threads, seed, verbose)
         accepted = None
         if start_vec is not None:
@@ -270,35 +278,128 @@ CANCEL_GRACE = 0.2
 
 def run_highs(h, time_limit: float | None = None, gap: float = 0.0) -> Solution:
     """Solve the model a `highspy.Highs` holds (`LinearModel.highs`) within the time limit."""
-    import highspy
-
     t0 = time.perf_counter()
     limit = None if time_limit is None else max(float(time_limit), 0.01)
     h.setOptionValue("time_limit", INF if limit is None else limit)
     with Progress(_bar_total(time_limit), "highs", "s") as bar:
         _run_interruptibly(h, bar, None if limit is None else t0 + limit + CANCEL_GRACE)
-    st, info = h.getModelStatus(), h.getInfo()
+    info = h.getInfo()
     values = objective = None
     if info.primal_solution_status == 2:  # a feasible point is known
         values = np.array(h.getSolution().col_value)
         objective = float(info.objective_function_value)
-    S = highspy.HighsModelStatus
-    stops = {S.kTimeLimit: "time", S.kMemoryLimit: "memory", S.kInterrupt: "interrupt",
-             S.kIterationLimit: "iterations", S.kSolutionLimit: "solutions"}
+    return _highs_solution(h.getModelStatus().name, gap, values, objective,
+                           float(info.mip_dual_bound), int(max(info.mip_node_count, 0)), t0)
+
+
+def _highs_solution(status_name: str, gap: float, values, objective, dual: float, nodes: int,
+                    t0: float) -> Solution:
+    """The contract's `Solution` from what HiGHS ended with (``HighsModelStatus`` by name)."""
+    stops = {"kTimeLimit": "time", "kMemoryLimit": "memory", "kInterrupt": "interrupt",
+             "kIterationLimit": "iterations", "kSolutionLimit": "solutions"}
     stop = None
-    if st == S.kInfeasible:
+    if status_name == "kInfeasible":
         status, values, objective = "infeasible", None, None
-    elif st == S.kOptimal:
+    elif status_name == "kOptimal":
         status = "optimal" if gap == 0 else "gap"
-    elif st in stops:
-        status, stop = "time_limit", stops[st]
+    elif status_name in stops:
+        status, stop = "time_limit", stops[status_name]
     else:
-        raise RuntimeError(f"HiGHS stopped with status {h.modelStatusToString(st)}")
-    bound = None if status == "infeasible" else _finite(float(info.mip_dual_bound))
+        raise RuntimeError(f"HiGHS stopped with status {status_name}")
+    bound = None if status == "infeasible" else _finite(dual)
     if status == "optimal" and bound is None and objective is not None:  # a pure LP: no MIP bound
         bound = objective
-    return Solution(status, values, objective, bound, time.perf_counter() - t0, "highs",
-                    int(max(info.mip_node_count, 0)), None, stop)
+    return Solution(status, values, objective, bound, time.perf_counter() - t0, "highs", nodes, None, stop)
+
+
+#: Time-limited HiGHS solves of models with at least this many nonzeros run in a child process
+#: (`devplace_lite.mip.highs_child`) that is killed at the deadline; starting it costs about
+#: 0.3 s, which smaller models, whose root finishes long before, need not pay.
+ISOLATE_NNZ = 20_000
+
+#: Seconds past the time limit at which the child is killed (HiGHS usually stops by itself).
+KILL_GRACE = 0.5
+
+
+def _run_highs_child(model: LinearModel, time_limit: float, gap: float, seed: int, threads: int,
+                     start: np.ndarray | None, verbose: bool, command: Sequence[str] | None = None) -> Solution:
+    """`solve` with HiGHS in a child process, killed ``KILL_GRACE`` s past ``time_limit`` if it has
+    not stopped by then (see `devplace_lite.mip.highs_child` for why and for the messages); what
+    it last reported is the answer. ``command`` replaces the child's command line (tests)."""
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+
+    from .highs_child import receive
+
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit + KILL_GRACE
+    cmd = list(command) if command is not None else [sys.executable, "-m", "devplace_lite.mip.highs_child"]
+    log = None if verbose else tempfile.TemporaryFile()  # the child's stderr: shown if verbose, else kept
+    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+    heard: dict[str, tuple] = {}
+
+    def listen() -> None:  # the last message of each kind
+        while (msg := receive(child.stdout)) is not None:
+            heard[msg[0]] = msg
+
+    def ask() -> None:  # in a thread: a child that does not read must not block the deadline
+        request = {"model": model, "gap": gap, "threads": threads, "seed": seed, "verbose": verbose,
+                   "start": None if start is None else start.tolist(),
+                   "time_limit": max(time_limit - (time.perf_counter() - t0), 0.01)}
+        try:
+            pickle.dump(request, child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            child.stdin.close()
+        except (BrokenPipeError, ValueError):  # the child is gone (or killed meanwhile)
+            pass
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    threading.Thread(target=ask, daemon=True).start()
+    try:
+        with Progress(_bar_total(time_limit), "highs", "s") as bar:
+            while "done" not in heard and listener.is_alive() and time.perf_counter() < deadline:
+                listener.join(0.1)
+                bar.update(int(time.perf_counter() - t0))
+                if "bound" in heard:
+                    bar.note(_bounds_text(*heard["bound"][1:]))
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        listener.join(1.0)
+        child.stdout.close()
+        last = b""
+        if log is not None:
+            log.seek(0)
+            last = (log.read().strip().splitlines() or [b""])[-1]
+            log.close()
+    if "done" not in heard and time.perf_counter() < deadline:
+        raise RuntimeError(f"the HiGHS child process ended with exit code {child.returncode} and no answer"
+                           + (f": {last.decode(errors='replace')}" if last else ""))
+    out = _child_answer(model, heard, gap, t0)
+    out.start_accepted = heard["start"][1] if "start" in heard else None
+    return out
+
+
+def _child_answer(model: LinearModel, heard: dict[str, tuple], gap: float, t0: float) -> Solution:
+    """The `Solution` from the child's last messages: its own end, or (killed at the deadline)
+    its last incumbent, if it is a point of the model, and its last proven bound."""
+    if "done" in heard:
+        _, name, objective, values, dual, nodes = heard["done"]
+        return _highs_solution(name, gap, None if values is None else np.array(values),
+                               None if values is None else objective, dual, nodes, t0)
+    values = objective = None
+    if "incumbent" in heard:
+        objective, values = heard["incumbent"][1], np.array(heard["incumbent"][2])
+        if len(values) != model.n_vars or model.violation(values) > 1e-6:
+            values = objective = None
+    bound = _finite(heard["bound"][2]) if "bound" in heard else None
+    if bound is not None and objective is not None:
+        bound = min(bound, objective)
+    return Solution("time_limit", values, objective, bound, time.perf_counter() - t0, "highs", 0, None, "time")
 
 
 def _bar_total(time_limit: float | None) -> int | None:
