@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import math
 import os
 import pkgutil
@@ -180,12 +181,16 @@ def _certify(res, seconds: float, split: str) -> None:
 
     kind = "chain" if split == "chain" else "any"
     res.extra["bound_kind"] = kind
+    proven: list = []
     try:
         with _overtime_after(seconds + OVERTIME_GRACE):
-            b = best_bound(res.graph, res.cluster, time_limit=seconds, kind=kind, upper=res.objective)
-    except _Overtime:  # building a bound's model can outlast its limit on huge graphs: the answer stands
+            b = best_bound(res.graph, res.cluster, time_limit=seconds, kind=kind, upper=res.objective,
+                           on_progress=proven.append)
+    except _Overtime:  # building a bound's model can outlast its limit on huge graphs: keep what it proved
         res.extra["bound_skipped"] = f"the certifying bound was stopped after {seconds:.3g} s"
-        return
+        if not proven:
+            return
+        b = proven[-1]
     if math.isfinite(b.bound) and (res.bound is None or b.bound > res.bound):
         res.bound = b.bound
         res.extra["bound_method"] = b.method
@@ -205,15 +210,18 @@ def cmd_bound(args: argparse.Namespace) -> int:
     c, note = options.cluster_from_args(g, args)
     fn = methods.resolve(methods.BOUND, args.method, "bound method")
     left = _left(args)
+    proven: list = []
+    kw = {"on_progress": proven.append} if "on_progress" in inspect.signature(fn).parameters else {}
     try:
         with contextlib.nullcontext() if left is None else _overtime_after(left):  # the method had all of it
-            b = fn(g, c, time_limit=left)
-    except _Overtime:  # its models outlasted the limit on a huge graph: the bound every placement obeys
-        from .bounds.combinatorial import node_bound
+            b = fn(g, c, time_limit=left, **kw)
+    except _Overtime:  # its models outlasted the limit on a huge graph: what it proved, else the
+        from .bounds.combinatorial import node_bound  # bound every placement obeys
 
-        b = node_bound(g, c)
+        b = proven[-1] if proven else node_bound(g, c)
         b.status = "time_limit" if b.status == "trivial" else b.status
-        b.extra["stopped"] = f"{args.method} was stopped at the time limit before it proved a bound"
+        b.extra["stopped"] = (f"{args.method} was stopped at the time limit: "
+                              + ("the bound is what its finished steps proved" if proven else "it proved no bound"))
     out = b.to_json() if hasattr(b, "to_json") else dict(b)
     if note:
         out["clamped"] = note

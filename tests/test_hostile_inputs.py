@@ -484,6 +484,32 @@ def test_a_certifying_bound_past_its_seconds_is_stopped_and_the_answer_stands(mo
     assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.default_int_handler, None)
 
 
+def test_a_certifying_bound_stopped_midway_keeps_what_its_finished_steps_proved(monkeypatch):
+    """best_bound reports each raised bound; stopped later, the answer keeps the last one."""
+    import devplace_lite.bounds.best as best
+    from devplace_lite.baselines import balance_by_time
+    from devplace_lite.bounds import Bound
+
+    def slow_after_a_step(graph, cluster, *, on_progress, **kw):
+        on_progress(Bound(1.25, "best", 0.01, "time_limit", kind="chain"))
+        time.sleep(60)
+
+    monkeypatch.setattr(best, "best_bound", slow_after_a_step)
+    res = balance_by_time(generate("layered", 30, seed=0), Cluster(3))
+    res.bound = None
+    cli._certify(res, 0.2, "chain")
+    assert "stopped after 0.2 s" in res.extra["bound_skipped"] and res.bound == 1.25
+
+
+def test_best_bound_reports_every_raised_bound_and_ends_no_lower():
+    from devplace_lite.bounds.best import best_bound
+
+    seen = []
+    b = best_bound(generate("layered", 40, seed=1), Cluster(4), time_limit=10, on_progress=seen.append)
+    assert seen and all(x.bound <= y.bound for x, y in zip(seen, seen[1:]))  # each report raises it
+    assert seen[-1].bound <= b.bound + 1e-12 and all(x.status == "time_limit" for x in seen)
+
+
 def test_help_states_the_bound_time_and_the_whole_command_limit(capsys):
     with pytest.raises(SystemExit):
         main(["partition", "--help"])
@@ -511,3 +537,18 @@ def test_a_bound_past_the_time_limit_answers_with_the_node_bound(capsys, graph, 
     g = load_graph(graph)
     assert code == 0 and answer["status"] == "time_limit" and answer["method"] == "node"
     assert answer["bound"] == pytest.approx(float(g.p_acc.max())) and "best was stopped" in answer["stopped"]
+
+
+def test_a_bound_stopped_after_a_step_answers_with_what_that_step_proved(capsys, graph, monkeypatch):
+    from devplace_lite import methods
+    from devplace_lite.bounds import Bound
+
+    def best(g, c, time_limit, on_progress):
+        on_progress(Bound(0.75, "best", 0.01, "time_limit", kind="chain", extra={"components": {}}))
+        time.sleep(60)
+
+    monkeypatch.setattr(methods, "resolve", lambda registry, name, what="": best)
+    code, out, _ = run(capsys, "bound", graph, "--method", "best", "-k", "2", "--time-limit", "1", "--json")
+    answer = json.loads(out)
+    assert code == 0 and (answer["status"], answer["method"], answer["bound"]) == ("time_limit", "best", 0.75)
+    assert "finished steps proved" in answer["stopped"]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -88,7 +89,8 @@ def _exact_dp(graph: Graph, cluster: Cluster, time_limit: float):
 
 
 def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, kind: str = "chain",
-               upper: float | None = None, use_dp: bool = True) -> Bound:
+               upper: float | None = None, use_dp: bool = True,
+               on_progress: Callable[[Bound], None] | None = None) -> Bound:
     """The best proven lower bound on the optimal max-load within ``time_limit`` seconds
     (default 10).
 
@@ -99,6 +101,8 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
     Status ``optimal`` when the bound is proven tight (it meets a split found here or
     ``upper``, so it is the optimum), ``time_limit`` otherwise (more time could raise it).
     ``extra``: each component's bound and time, the upper bound seen, and ``tight``.
+    ``on_progress`` is called with the bound proven so far after every step that raised it, so
+    that a caller which may stop the call midway (the CLI, at its time limit) keeps it.
     """
     t0 = time.perf_counter()
     budget = 10.0 if time_limit is None else float(time_limit)
@@ -106,6 +110,9 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
         raise UsageError(f"unknown split kind {kind!r} for a bound (expected chain or any)")
     comb = combinatorial_bound(graph, cluster)
     parts = {"combinatorial": {"bound": comb.bound, "seconds": round(comb.seconds, 4), "status": comb.status}}
+    if on_progress is not None and comb.status != "infeasible":
+        on_progress(Bound(comb.bound, "best", time.perf_counter() - t0, "time_limit", kind=comb.kind,
+                          extra={"components": dict(parts)}))
     if comb.status == "infeasible" or kind == "any":
         tight = upper is not None and comb.bound >= upper * (1 - 1e-9)
         return Bound(comb.bound, "best", time.perf_counter() - t0, comb.status if not tight else "optimal",
@@ -119,14 +126,20 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
     def closed() -> bool:
         return math.isfinite(ub) and lo >= ub * (1 - 1e-6)
 
-    def record(b: Bound) -> None:
+    def raise_lo(value: float) -> None:
         nonlocal lo
+        if value > lo and on_progress is not None:
+            on_progress(Bound(value, "best", time.perf_counter() - t0, "time_limit", kind="chain",
+                              extra={"components": dict(parts)}))
+        lo = max(lo, value)
+
+    def record(b: Bound) -> None:
         parts[b.method] = {"bound": b.bound, "seconds": round(b.seconds, 4), "status": b.status}
-        lo = max(lo, b.bound)
+        raise_lo(b.bound)
 
     def exact_dp(seconds: float) -> bool:
         """Step 4 within ``seconds``; True when the DP proved that no chain split exists."""
-        nonlocal lo, ub
+        nonlocal ub
         exact = _exact_dp(graph, cluster, seconds)
         if exact is None:
             return False
@@ -136,7 +149,7 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
         if exact.objective is not None:  # stopped or not, its split bounds the optimum above
             ub = min(ub, exact.objective)
         if solved and exact.objective is not None:
-            lo = max(lo, exact.objective)
+            raise_lo(exact.objective)
         return exact.status == "infeasible"
 
     if model.U > SEARCH_UNITS:  # steps 2, 3 and 5-7 do not scale there: the DP has it all
