@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import inspect
 import math
 import os
 import pkgutil
@@ -211,7 +210,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     fn = methods.resolve(methods.BOUND, args.method, "bound method")
     left = _left(args)
     proven: list = []
-    kw = {"on_progress": proven.append} if "on_progress" in inspect.signature(fn).parameters else {}
+    kw = {"on_progress": proven.append} if "on_progress" in (getattr(fn, "__kwdefaults__", None) or {}) else {}
     try:
         with contextlib.nullcontext() if left is None else _overtime_after(left):  # the method had all of it
             b = fn(g, c, time_limit=left, **kw)

@@ -543,7 +543,7 @@ def test_a_bound_stopped_after_a_step_answers_with_what_that_step_proved(capsys,
     from devplace_lite import methods
     from devplace_lite.bounds import Bound
 
-    def best(g, c, time_limit, on_progress):
+    def best(g, c, *, time_limit=None, on_progress=None):  # best_bound's signature
         on_progress(Bound(0.75, "best", 0.01, "time_limit", kind="chain", extra={"components": {}}))
         time.sleep(60)
 
