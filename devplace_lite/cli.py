@@ -34,7 +34,7 @@ import numpy as np
 from . import methods, options, progress
 from .commands import emit, print_json
 from .cost import evaluate
-from .errors import ClusterError, DevplaceError, UsageError
+from .errors import ClusterError, DevplaceError, LimitError, UsageError
 from .files import check_output, same_file
 from .io import load_graph, load_placement, save_graph
 
@@ -145,14 +145,15 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
     g = load_graph(args.graph)
     c, note = options.cluster_from_args(g, args)
     fn = methods.resolve(registry, args.method, what)
-    certify = registry is methods.PARTITION
     left = _left(args)
-    reserve = min(args.bound_time, BOUND_SHARE * left) if certify and left is not None else 0.0
+    reserve = min(args.bound_time, BOUND_SHARE * left) if left is not None else 0.0
     res = fn(g, c, time_limit=None if left is None else max(left - reserve, MIN_SLICE), seed=args.seed)
-    if certify:
-        left = _left(args)
-        _certify(res, args.bound_time if left is None else min(args.bound_time, left - MIN_SLICE),
-                 registry[args.method].split)
+    left = _left(args)
+    seconds = args.bound_time if left is None else min(args.bound_time, left - MIN_SLICE)
+    if registry is methods.PARTITION:
+        _certify(res, seconds, registry[args.method].split)
+    else:
+        _certify_latency(res, seconds)
     if note:
         res.extra["clamped"] = note
     out = res.to_json()
@@ -168,23 +169,56 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
 
 def _certify(res, seconds: float, split: str) -> None:
     """Raise ``res.bound`` to the best bound the library proves in ``seconds``, so that the
-    answer's ``gap`` says how far from optimal it can be. Skipped when the method proved
-    optimality itself (no solver runs twice), found no feasible placement (an infeasible split's
-    load bounds nothing) or no time is left. The bound is on the optimum of the splits the
-    method searches (``split``, its registry entry): the chain optimum for pipeline methods, the
-    optimum over all placements otherwise (which also bounds the contiguous optimum; a chain
-    bound would not: a contiguous split can beat every chain)."""
-    if res.status not in ("feasible", "time_limit") or res.assignment is None or seconds <= 0:
-        return
+    answer's ``gap`` says how far from optimal it can be. The bound is on the optimum of the
+    splits the method searches (``split``, its registry entry): the chain optimum for pipeline
+    methods, the optimum over all placements otherwise (which also bounds the contiguous
+    optimum; a chain bound would not: a contiguous split can beat every chain)."""
     from .bounds.best import best_bound
 
     kind = "chain" if split == "chain" else "any"
-    res.extra["bound_kind"] = kind
+    if _needs_bound(res, seconds):
+        res.extra["bound_kind"] = kind
+    _raise_bound(res, seconds, lambda report: best_bound(res.graph, res.cluster, time_limit=seconds, kind=kind,
+                                                         upper=res.objective, on_progress=report))
+
+
+def _certify_latency(res, seconds: float) -> None:
+    """`_certify` for a latency answer: the cheap bounds (critical path, work), then the path
+    and interval programs of `latency_bounds` (valid for the answer's ``q`` calls per
+    accelerator), which keep an ``n x n`` table and so stop at `latency.REACH_NODES`."""
+    from .bounds.bound import Bound
+    from .latency_bounds import critical_path_bound, ready_bounds, work_bound
+
+    def prove(report) -> Bound:
+        t0 = time.perf_counter()
+        best = max((critical_path_bound(res.graph, res.cluster), "critical-path"),
+                   (work_bound(res.graph, res.cluster), "work"))
+        report(Bound(best[0], best[1], time.perf_counter() - t0, "time_limit", kind="any"))
+        try:
+            path = ready_bounds(res.graph, res.cluster, int(res.extra.get("q", 1))).bound
+        except LimitError:  # too many nodes for the n x n table: the cheap bounds stand
+            path = -math.inf
+        best = max(best, (path, "path"))
+        return Bound(best[0], best[1], time.perf_counter() - t0, "time_limit", kind="any")
+
+    _raise_bound(res, seconds, prove)
+
+
+def _needs_bound(res, seconds: float) -> bool:
+    """Skipped when the method proved optimality itself (no solver runs twice), found no
+    feasible placement (an infeasible split's load bounds nothing) or no time is left."""
+    return res.status in ("feasible", "time_limit") and res.assignment is not None and seconds > 0
+
+
+def _raise_bound(res, seconds: float, prove) -> None:
+    """Run ``prove(report)`` (a `Bound`) for at most ``seconds`` and raise ``res.bound`` to it;
+    stopped midway, keep the last bound it reported."""
+    if not _needs_bound(res, seconds):
+        return
     proven: list = []
     try:
         with _overtime_after(seconds + OVERTIME_GRACE):
-            b = best_bound(res.graph, res.cluster, time_limit=seconds, kind=kind, upper=res.objective,
-                           on_progress=proven.append)
+            b = prove(proven.append)
     except _Overtime:  # building a bound's model can outlast its limit on huge graphs: keep what it proved
         res.extra["bound_skipped"] = f"the certifying bound was stopped after {seconds:.3g} s"
         if not proven:
@@ -274,20 +308,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         s.add_argument("graph")
         s.add_argument("--method", required=True, help=f"one of: {', '.join(sorted(registry)) or '(none yet)'}")
         options.add_cluster_args(s)
-        certify = " and the certifying bound" if name == "partition" else ""
         s.add_argument("--time-limit", type=options.SECONDS, metavar="S",
-                       help=f"wall seconds for the whole command: loading, the method{certify} "
+                       help="wall seconds for the whole command: loading, the method and the certifying bound "
                             "(a solver stopped by it returns its incumbent, bound and status time_limit)")
         s.add_argument("--seed", type=options.SEED, default=0, help="seed of randomised methods (0..2^32-1, default 0)")
         s.add_argument("--out", help="also write the JSON answer to this file (atomically; not an input)")
         s.add_argument("--json", action="store_true")
         _quiet(s)
-        if name == "partition":
-            s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=BOUND_TIME, metavar="S",
-                           help=f"seconds for the library's best lower bound behind the gap field, run after a "
-                                f"method that did not prove optimality (default {BOUND_TIME:g}; 0: skip). With "
-                                f"--time-limit it fits inside that limit: at most {BOUND_SHARE * 100:.0f}%% of it is kept "
-                                "for the bound, and the bound gets what the method left")
+        s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=BOUND_TIME, metavar="S",
+                       help=f"seconds for the library's best lower bound behind the gap field, run after a "
+                            f"method that did not prove optimality (default {BOUND_TIME:g}; 0: skip). With "
+                            f"--time-limit it fits inside that limit: at most {BOUND_SHARE * 100:.0f}%% of it is kept "
+                            "for the bound, and the bound gets what the method left")
         s.set_defaults(func=func)
 
     s = sub.add_parser("bound", help="a proven lower bound on the optimal max-load")

@@ -113,3 +113,41 @@ def test_console_script_and_no_torch_import(graph_file):
     p = subprocess.run([sys.executable, "-m", "devplace_lite.cli", "partition", str(graph_file), "--method", "x"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("devplace: error:") and p.stderr.count("\n") == 1
+
+
+def test_a_latency_answer_carries_a_certifying_bound(capsys, tmp_path):
+    """`devplace latency` bounds its answer as `partition` does (critical path, work, then the
+    path and interval programs); --bound-time 0 skips it."""
+    from devplace_lite.latency_bounds import latency_bound
+    from devplace_lite.devices import Cluster
+
+    p = tmp_path / "g.json"
+    g = generate("layered", 40, seed=5)
+    save_graph(g, p)
+    code, out, err = run(capsys, "latency", p, "--method", "greedy", "-k", 2, "--cpus", 1, "--json")
+    ans = json.loads(out)
+    assert code == 0, err
+    want, name = latency_bound(g, Cluster(accelerators=2, cpus=1), q=ans["q"])
+    assert ans["bound"] == pytest.approx(want) and ans["bound_method"] == name
+    assert 0 < ans["bound"] <= ans["objective"] * (1 + 1e-9) and ans["gap"] is not None
+    code, out, _ = run(capsys, "latency", p, "--method", "greedy", "-k", 2, "--cpus", 1, "--json", "--bound-time", 0)
+    assert code == 0 and json.loads(out)["bound"] is None
+
+
+def test_a_latency_bound_past_the_reachability_limit_keeps_the_cheap_bounds(capsys, tmp_path, monkeypatch):
+    from devplace_lite import latency
+    from devplace_lite.latency_bounds import critical_path_bound, latency_bound, work_bound
+    from devplace_lite.devices import Cluster
+
+    p = tmp_path / "g.json"
+    g = generate("layered", 60, seed=1)
+    save_graph(g, p)
+    c = Cluster(accelerators=2, cpus=1)
+    cheap = max(critical_path_bound(g, c), work_bound(g, c))
+    assert latency_bound(g, c)[0] > cheap * 1.01  # so the answer below shows the path program was left out
+    monkeypatch.setattr(latency, "REACH_NODES", 10)  # the path program refuses; greedy still answers
+    code, out, err = run(capsys, "latency", p, "--method", "greedy", "-k", 2, "--cpus", 1, "--json")
+    ans = json.loads(out)
+    assert code == 0, err
+    assert ans["bound"] == pytest.approx(cheap)
+    assert ans["bound_method"] in ("critical-path", "work")
