@@ -173,11 +173,11 @@ def _certify(res, seconds: float, split: str) -> None:
     splits the method searches (``split``, its registry entry): the chain optimum for pipeline
     methods, the optimum over all placements otherwise (which also bounds the contiguous
     optimum; a chain bound would not: a contiguous split can beat every chain)."""
-    from .bounds.best import best_bound
+    if not _needs_bound(res, seconds):
+        return
+    from .bounds.best import best_bound  # not imported for an answer that needs no bound (cold start)
 
-    kind = "chain" if split == "chain" else "any"
-    if _needs_bound(res, seconds):
-        res.extra["bound_kind"] = kind
+    kind = res.extra["bound_kind"] = "chain" if split == "chain" else "any"
     _raise_bound(res, seconds, lambda report: best_bound(res.graph, res.cluster, time_limit=seconds, kind=kind,
                                                          upper=res.objective, on_progress=report))
 
@@ -186,6 +186,8 @@ def _certify_latency(res, seconds: float) -> None:
     """`_certify` for a latency answer: the cheap bounds (critical path, work), then the path
     and interval programs of `latency_bounds` (valid for the answer's ``q`` calls per
     accelerator), which keep an ``n x n`` table and so stop at `latency.REACH_NODES`."""
+    if not _needs_bound(res, seconds):
+        return
     from .bounds.bound import Bound
     from .latency_bounds import critical_path_bound, ready_bounds, work_bound
 
@@ -213,8 +215,6 @@ def _needs_bound(res, seconds: float) -> bool:
 def _raise_bound(res, seconds: float, prove) -> None:
     """Run ``prove(report)`` (a `Bound`) for at most ``seconds`` and raise ``res.bound`` to it;
     stopped midway, keep the last bound it reported."""
-    if not _needs_bound(res, seconds):
-        return
     proven: list = []
     try:
         with _overtime_after(seconds + OVERTIME_GRACE):
