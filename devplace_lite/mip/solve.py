@@ -326,6 +326,7 @@ def _run_highs_child(model: LinearModel, time_limit: float, gap: float, seed: in
     """`solve` with HiGHS in a child process, killed ``KILL_GRACE`` s past ``time_limit`` if it has
     not stopped by then (see `devplace_lite.mip.highs_child` for why and for the messages); what
     it last reported is the answer. ``command`` replaces the child's command line (tests)."""
+    import os
     import pickle
     import subprocess
     import sys
@@ -338,7 +339,9 @@ def _run_highs_child(model: LinearModel, time_limit: float, gap: float, seed: in
     deadline = t0 + time_limit + KILL_GRACE
     cmd = list(command) if command is not None else [sys.executable, "-m", "devplace_lite.mip.highs_child"]
     log = None if verbose else tempfile.TemporaryFile()  # the child's stderr: shown if verbose, else kept
-    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+    # run from the folder holding this package, so that `-m` finds this copy of it first
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=here)
     heard: dict[str, tuple] = {}
 
     def listen() -> None:  # the last message of each kind
