@@ -48,7 +48,8 @@ from .stages import stage_mip, window_relaxation
 from .units import UnitModel
 
 #: Share of the budget kept back for what the last solver runs past its own limit (HiGHS stops
-#: at its next check; `devplace_lite.mip.solve.CANCEL_GRACE`), so the whole call stays within it.
+#: at its next check, `devplace_lite.mip.solve.CANCEL_GRACE`, or a large one in a child is killed
+#: `KILL_GRACE` past it), so the whole call stays within it.
 RESERVE = 0.01
 #: Largest exact MIP (binaries) that `best_bound` attempts.
 EXACT_LIMIT = 2000

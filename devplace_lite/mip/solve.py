@@ -313,8 +313,8 @@ def _highs_solution(status_name: str, gap: float, values, objective, dual: float
 
 
 #: Time-limited HiGHS solves of models with at least this many nonzeros run in a child process
-#: (`devplace_lite.mip.highs_child`) that is killed at the deadline; starting it costs about
-#: 0.3 s, which smaller models, whose root finishes long before, need not pay.
+#: (`devplace_lite.mip.highs_child`) that is killed at the deadline; starting it costs 0.3-0.8 s
+#: (load 1-7), which smaller models, whose root finishes long before, need not pay.
 ISOLATE_NNZ = 20_000
 
 #: Seconds past the time limit at which the child is killed (HiGHS usually stops by itself).
