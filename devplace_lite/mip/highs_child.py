@@ -39,10 +39,11 @@ def send(out: BinaryIO, message: tuple) -> None:
 
 
 def receive(stream: BinaryIO) -> tuple | None:
-    """The next message from the child, or ``None`` at the end of its output."""
+    """The next message from the child, or ``None`` at the end of its output (or once the parent
+    has closed the pipe: it stops listening when it kills the child)."""
     try:
         return pickle.load(stream)
-    except (EOFError, pickle.UnpicklingError):
+    except (EOFError, pickle.UnpicklingError, OSError, ValueError):
         return None
 
 
