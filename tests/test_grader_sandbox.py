@@ -386,3 +386,19 @@ def test_the_books_own_solutions_pass_and_none_is_flagged(tmp_path, bwrap):
         for ex in exercises(md.name[:2]):
             r = sub.results[ex.id]
             assert r["status"] == "passed", (md.name, r["message"], sub.notes)
+
+
+def test_an_environment_under_tmp_is_bound_over_the_private_tmp(monkeypatch):
+    """A checkout or virtualenv under /tmp (a CI clone, say) must stay visible: the sandbox's own
+    /tmp is mounted first and the Python folders over it (the other order hid the interpreter:
+    'bwrap: execvp /tmp/.../.venv/bin/python: No such file or directory', every submission 0)."""
+    from devplace_lite.exercises import sandbox
+
+    monkeypatch.setattr(sandbox, "python_paths", lambda: [Path("/tmp/ci/repo/.venv"), Path("/tmp/ci/repo/devplace_lite")])
+    monkeypatch.setattr(sandbox, "_namespaces", lambda bwrap: [])
+    cmd = sandbox.Session(files=[], limits=sandbox.Limits(), cpu_seconds=1, bwrap="bwrap")._bwrap_command(Path("/x"))
+    tmpfs = cmd.index("--tmpfs")
+    assert cmd[tmpfs + 1] == "/tmp"
+    for p in ("/tmp/ci/repo/.venv", "/tmp/ci/repo/devplace_lite"):
+        bind = next(i for i in range(len(cmd) - 2) if cmd[i] == "--ro-bind" and cmd[i + 1] == p)
+        assert bind > tmpfs

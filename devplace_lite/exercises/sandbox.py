@@ -376,6 +376,9 @@ class Session:
             elif os.path.isdir(d):
                 cmd += ["--ro-bind", d, d]
         cmd += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        # the private /tmp first: an environment or checkout under /tmp is then bound over it, not hidden by it
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(self.limits.scratch_mb * MIB),
+                "--tmpfs", "/tmp"]
         made: set[Path] = set()
         for p in python_paths():
             for parent in reversed(p.parents[:-1]):  # bwrap would make them 0700: the sandbox's uid must pass
@@ -383,8 +386,7 @@ class Session:
                     made.add(parent)
                     cmd += ["--perms", "0755", "--dir", str(parent)]
             cmd += ["--ro-bind", str(p), str(p)]
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(self.limits.scratch_mb * MIB),
-                "--tmpfs", "/tmp", "--ro-bind", str(staged), "/submission", "--chdir", "/tmp", "--"]
+        cmd += ["--ro-bind", str(staged), "/submission", "--chdir", "/tmp", "--"]
         return cmd
 
     # -- the channel --
