@@ -153,6 +153,24 @@ def test_number_past_the_float_range_is_refused(capsys, tmp_path, msr):
     refused(capsys, "g.json: native graph: 'meta': holds a number out of range: -inf", "convert", p, tmp_path / "o.json")
 
 
+@pytest.mark.parametrize("field,what", [("p_acc", "time (p_acc + p_cpu + comm)"), ("comm", "time (p_acc + p_cpu + comm)"),
+                                        ("memory", "memory"), ("flops", "flops")])
+@pytest.mark.parametrize("command", [["info"], ["partition", "--method", "greedy"], ["bound", "-k", "2"]])
+def test_totals_past_the_float_range_are_refused_at_load(capsys, tmp_path, field, what, command):
+    """Each value finite, their sum infinite: answered before with null loads and an "infeasible" bound."""
+    nodes = [{"id": f"n{i}", "p_acc": 1.0, field: 1.7e308} for i in range(4)]
+    p = write(tmp_path, native(nodes, [[f"n{i}", f"n{i + 1}"] for i in range(3)]))
+    refused(capsys, f"g.json: the nodes' total {what} is beyond the float range, over the 1e+300",
+            command[0], p, *command[1:])
+
+
+def test_totals_in_the_float_range_but_past_the_headroom_are_refused(capsys, tmp_path, msr):
+    refused(capsys, "m.json: the nodes' total time (p_acc + p_cpu + comm) is 1.6e+300, over the 1e+300",
+            "info", msr(lambda d: d["nodes"][0].update(cpuLatency=1.6e300)))
+    code, out, _ = run(capsys, "info", msr(lambda d: d["nodes"][0].update(cpuLatency=1e299)), "--json")
+    assert code == 0 and json.loads(out)["total_cpu_work"] >= 1e299
+
+
 def test_non_utf8_is_refused(capsys, tmp_path):
     p = tmp_path / "latin1.json"
     p.write_bytes(b'{"format": "devplace-graph", "version": 1, "name": "caf\xe9", "nodes": [], "edges": []}')
