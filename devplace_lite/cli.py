@@ -450,8 +450,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
         out = getattr(args, name, None)
         if not isinstance(out, str):
             continue
-        if os.path.lexists(out):
-            check_output(out)
+        check_output(out)  # before any work: a folder, a device, a missing folder, no file name
         for src in inputs:
             if same_file(src, out):
                 raise UsageError(f"output {out} is the input {src}; write to another file")

@@ -94,9 +94,20 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
+def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether ``path`` (once written: through links, ``..`` resolved) lies in ``folder`` or below."""
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([real, top]) == top
+
+
 def check_output(path: str | os.PathLike) -> Path:
-    """The file ``path`` will really replace (a symlink's target), refused when it exists and is
-    not a regular file or when its folder does not exist."""
+    """The file ``path`` will really replace (a symlink's target), refused when it names no file
+    (empty, or ending in ``/``, ``.`` or ``..``: ``realpath`` would quietly turn ``out/`` into
+    ``out``), when it exists and is not a regular file, or when its folder does not exist."""
+    text = os.fspath(path)
+    if os.path.basename(text) in ("", ".", ".."):
+        shown = f"'{text}'" if text else "'' (an empty name)"
+        raise UsageError(f"cannot write {shown}: an output must name a file, not a folder")
     target = Path(os.path.realpath(path))
     try:
         st = os.stat(target)

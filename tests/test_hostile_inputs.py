@@ -290,6 +290,27 @@ def test_output_equal_to_an_input_is_refused(capsys, graph, tmp_path, how):
     assert graph.read_bytes() == before
 
 
+@pytest.mark.parametrize("out", ["", "{tmp}/sub/", "{tmp}/new/", "{tmp}/new/.", "{tmp}/sub/..", "{graph}/"])
+@pytest.mark.parametrize("command", [["partition", "{graph}", "--method", "time", "--out"], ["convert", "{graph}"]])
+def test_an_output_that_names_no_file_is_refused_before_any_work(capsys, graph, tmp_path, out, command, monkeypatch):
+    """``--out ''`` was skipped in silence; ``--out new/`` wrote the file ``new`` and ``--out g.json/``
+    replaced the input ``g.json`` (``realpath`` drops the slash; ``stat`` of ``g.json/`` fails, so
+    no same-file match)."""
+    (tmp_path / "sub").mkdir()
+    monkeypatch.setattr(cli, "load_graph", lambda path: pytest.fail("loaded the graph before refusing the output"))
+    before = graph.read_bytes()
+    spelled = out.format(tmp=tmp_path, graph=graph)
+    refused(capsys, f"cannot write '{spelled}'", *[a.format(graph=graph) for a in command], spelled)
+    assert graph.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["g.json", "sub"]
+    assert os.listdir(tmp_path / "sub") == []
+
+
+def test_an_output_in_a_missing_folder_is_refused_before_any_work(capsys, graph, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "load_graph", lambda path: pytest.fail("loaded the graph before refusing the output"))
+    refused(capsys, f"folder {tmp_path / 'none'} does not exist", "partition", graph, "--method", "time",
+            "--out", tmp_path / "none" / "a.json")
+
+
 def test_replaced_file_keeps_its_mode(capsys, graph, tmp_path):
     out = tmp_path / "private.json"
     out.write_text("old")
