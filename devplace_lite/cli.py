@@ -35,7 +35,7 @@ from . import methods, options, progress
 from .commands import emit, print_json
 from .cost import evaluate
 from .errors import ClusterError, DevplaceError, LimitError, UsageError
-from .files import check_output, same_file
+from .files import check_apart, check_output
 from .io import load_graph, load_placement, save_graph
 
 #: Seconds a method gets at least, however little of ``--time-limit`` loading the graph left.
@@ -435,13 +435,14 @@ def _stdout_for_answers() -> Iterator[None]:
             os.close(saved)
 
 
-_INPUTS = ("graph", "input", "placement", "checkpoint")
+_INPUTS = ("graph", "input", "placement", "checkpoint", "submissions", "seed_file", "course")
 _OUTPUTS = ("out", "output", "csv")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """Refuse, before any work, an output that exists and is not a regular file, or that is one
-    of the command's inputs (the same file through any link)."""
+    """Refuse, before any work, an output that names no file, exists and is not a regular file,
+    or is one of the command's inputs (the same file through any link) or inside an input folder.
+    (``grade --results-json``, a file or a folder, is checked by ``grade`` itself.)"""
     inputs = []
     for name in _INPUTS:
         value = getattr(args, name, None)
@@ -451,9 +452,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
         if not isinstance(out, str):
             continue
         check_output(out)  # before any work: a folder, a device, a missing folder, no file name
-        for src in inputs:
-            if same_file(src, out):
-                raise UsageError(f"output {out} is the input {src}; write to another file")
+        check_apart(out, inputs)
 
 
 def _one_line(message: str) -> str:
