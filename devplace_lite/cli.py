@@ -34,7 +34,8 @@ import numpy as np
 from . import methods, options, progress
 from .commands import emit, print_json
 from .cost import evaluate
-from .errors import ClusterError, DevplaceError, LimitError, UsageError
+from .devices import Cluster
+from .errors import DevplaceError, LimitError, UsageError
 from .files import check_apart, check_output
 from .io import load_graph, load_placement, save_graph
 
@@ -115,11 +116,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
 # -- evaluate -------------------------------------------------------------------------------
 def cmd_evaluate(args: argparse.Namespace) -> int:
     g = load_graph(args.graph)
-    c, note = options.cluster_from_args(g, args)
-    try:
-        ev = evaluate(g, c, load_placement(args.placement, g, c))
-    except ClusterError as e:
-        raise ClusterError(f"{e} (-k/--cpus clamped to the graph's {g.n} node(s))" if note else str(e)) from None
+    asked = Cluster.for_graph(g, args.accelerators, args.cpus, args.memory)
+    placement = load_placement(args.placement, g, asked)
+    # the names are checked against the cluster asked for; clamping keeps every one of them
+    used = [asked.device_index(dev) for dev in dict.fromkeys(placement.values())]  # each name once, in file order
+    keep = (max((d + 1 for d in used if d < asked.k), default=0),
+            max((d - asked.k + 1 for d in used if d >= asked.k), default=0))
+    c, note = options.clamp_cluster(asked, g.n, keep)
+    ev = evaluate(g, c, placement)
     out = ev.to_dict()
     if note:
         out["clamped"] = note

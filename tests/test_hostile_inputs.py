@@ -218,6 +218,61 @@ def test_absurd_device_counts_are_clamped_and_said(capsys, tmp_path, argv):
     assert "12 node(s)" in ans["clamped"]["reason"]
 
 
+def test_clamping_keeps_the_devices_a_placement_names(capsys, tmp_path):
+    """acc7 exists with -k 8 on a 4-node graph; the clamp to 4 accelerators made evaluate refuse it."""
+    g = write(tmp_path, native([{"id": x, "p_acc": 1, "p_cpu": 2, "comm": 0.5} for x in "abcd"],
+                               [["a", "b"], ["b", "c"], ["c", "d"]]))
+    p = write(tmp_path, {"a": "acc7", "b": "acc7", "c": "acc5", "d": "cpu6"}, "p.json")
+    code, out, err = run(capsys, "evaluate", g, p, "-k", 8, "--cpus", 8, "--json")
+    ans = json.loads(out)
+    assert code == 0, err
+    assert ans["objective"] == 2.5 and ans["bottleneck"] == "acc7" and ans["devices"]["cpu6"]["load"] == 2
+    assert list(ans["devices"]) == [f"acc{i}" for i in range(8)] + [f"cpu{i}" for i in range(7)]
+    assert ans["clamped"]["cpus"] == [8, 7] and "accelerators" not in ans["clamped"]
+    refused(capsys, "device acc7 does not exist: the cluster has 4 accelerator(s)", "evaluate", g, p, "-k", 4, "--cpus", 8)
+
+
+@pytest.mark.parametrize("device,needle", [
+    ("acc65536", "the placement names acc65536: evaluating keeps at most 65536 devices of a kind"),
+    ("acc999999999999", "the placement names acc999999999999"),
+    ("acc" + "9" * 5000, "does not exist: the cluster has 1000000000000 accelerator(s)"),  # was a ValueError traceback
+    ("cpu" + "9" * 5000, "does not exist: the cluster has 1 CPU core(s)"),
+    ("acc01", "unknown device name 'acc01' (expected acc0.. or cpu0.., decimal, no leading zeros)"),
+    ("acc\uff11", "unknown device name"),  # a full-width 1 was read as acc1
+    ("acc-1", "unknown device name"), ("ACC0", "unknown device name"), (" acc0", "unknown device name"),
+    ("gpu0", "unknown device name"),
+])
+def test_huge_or_misspelled_device_names_are_refused_without_allocating(capsys, tmp_path, device, needle):
+    g = write(tmp_path, native([{"id": x, "p_acc": 1, "p_cpu": 2} for x in "abcd"]))
+    p = write(tmp_path, {"a": device, "b": "acc0", "c": "acc0", "d": "acc0"}, "p.json")
+    line = refused(capsys, needle, "evaluate", g, p, "-k", 10**12, "--cpus", 1)
+    assert len(line) < 300
+
+
+def test_a_placement_at_the_device_cap_is_answered(capsys, tmp_path):
+    g = write(tmp_path, native([{"id": x, "p_acc": 1, "p_cpu": 2} for x in "ab"]))
+    p = write(tmp_path, {"a": f"acc{options.KEEP_DEVICES - 1}", "b": "cpu3"}, "p.json")
+    code, out, err = run(capsys, "evaluate", g, p, "-k", 10**12, "--cpus", 10**12, "--json")
+    ans = json.loads(out)
+    assert code == 0 and ans["clamped"]["accelerators"] == [10**12, options.KEEP_DEVICES] and ans["clamped"]["cpus"] == [10**12, 4]
+    assert ans["objective"] == 2 and len(ans["devices"]) == options.KEEP_DEVICES + 4
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ({"a": 0, "b": "acc0"}, "not a placement"), ({"a": True, "b": "acc0"}, "not a placement"),
+    ({"a": 0.0, "b": "acc0"}, "not a placement"), ({"a": None, "b": "acc0"}, "not a placement"),
+    ({"placement": {"a": -1, "b": "acc0"}}, "placement: node a must map to a device name"),
+    ({"placement": {"a": ["acc0"], "b": "acc0"}}, "placement: node a must map to a device name"),
+    ([0, 1], "not a placement"), ("\"acc0\"", "not a placement"), ({"a": "acc0"}, "placement leaves node b unplaced"),
+    ({"a": "acc0", "b": "acc0", "zz": "acc0"}, "placement names unknown node zz"),
+    ({"a": "acc1", "b": "acc0"}, "device acc1 does not exist: the cluster has 1 accelerator(s)"),
+    ({"a": "cpu0", "b": "acc0"}, "device cpu0 does not exist: the cluster has 0 CPU core(s)"),
+])
+def test_placements_of_wrong_types_and_devices_are_one_line(capsys, tmp_path, doc, needle):
+    g = write(tmp_path, native(TWO))
+    refused(capsys, needle, "evaluate", g, write(tmp_path, doc, "p.json"))
+
+
 def test_device_count_from_the_file_is_clamped(capsys, msr):
     code, out, _ = run(capsys, "partition", msr(lambda d: d.update(maxFPGAs=1e18)), "--method", "uniform", "--json")
     ans = json.loads(out)
