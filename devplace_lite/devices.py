@@ -83,6 +83,10 @@ class Cluster:
         k = accelerators if accelerators is not None else d.get("accelerators", 1)
         l_ = cpus if cpus is not None else d.get("cpus", 0)
         mem = memory if memory is not None else d.get("memory", math.inf)
+        if k == 0 and l_ == 0:  # name where each 0 came from: an option or the graph file
+            said = [f"{flag} 0" + ("" if given is not None else " (the graph file's value)" if key in d else " (the default)")
+                    for flag, given, key in (("-k", accelerators, "accelerators"), ("--cpus", cpus, "cpus"))]
+            raise ClusterError(f"cluster: needs at least one device, got {' and '.join(said)}")
         return cls(accelerators=int(k), cpus=int(l_), memory=float(mem))
 
 

@@ -218,6 +218,15 @@ def test_absurd_device_counts_are_clamped_and_said(capsys, tmp_path, argv):
     assert "12 node(s)" in ans["clamped"]["reason"]
 
 
+def test_no_device_names_where_each_zero_came_from(capsys, msr):
+    """"cluster: needs at least one device" named neither the option nor the file's field."""
+    p = msr(lambda d: d.update(maxFPGAs=0, maxCPUs=0))
+    refused(capsys, "needs at least one device, got -k 0 (the graph file's value) and --cpus 0 (the graph file's value)",
+            "partition", p, "--method", "greedy")
+    refused(capsys, "needs at least one device, got -k 0 and --cpus 0 (the default)",
+            "partition", msr(lambda d: d.pop("maxCPUs")), "--method", "greedy", "-k", 0)
+
+
 def test_clamping_keeps_the_devices_a_placement_names(capsys, tmp_path):
     """acc7 exists with -k 8 on a 4-node graph; the clamp to 4 accelerators made evaluate refuse it."""
     g = write(tmp_path, native([{"id": x, "p_acc": 1, "p_cpu": 2, "comm": 0.5} for x in "abcd"],
