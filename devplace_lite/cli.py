@@ -34,8 +34,9 @@ import numpy as np
 from . import methods, options, progress
 from .commands import emit, print_json
 from .cost import evaluate
-from .errors import ClusterError, DevplaceError, LimitError, UsageError
-from .files import check_output, same_file
+from .devices import Cluster
+from .errors import DevplaceError, LimitError, UsageError
+from .files import check_apart, check_output
 from .io import load_graph, load_placement, save_graph
 
 #: Seconds a method gets at least, however little of ``--time-limit`` loading the graph left.
@@ -115,11 +116,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
 # -- evaluate -------------------------------------------------------------------------------
 def cmd_evaluate(args: argparse.Namespace) -> int:
     g = load_graph(args.graph)
-    c, note = options.cluster_from_args(g, args)
-    try:
-        ev = evaluate(g, c, load_placement(args.placement, g, c))
-    except ClusterError as e:
-        raise ClusterError(f"{e} (-k/--cpus clamped to the graph's {g.n} node(s))" if note else str(e)) from None
+    asked = Cluster.for_graph(g, args.accelerators, args.cpus, args.memory)
+    placement = load_placement(args.placement, g, asked)
+    # the names are checked against the cluster asked for; clamping keeps every one of them
+    used = [asked.device_index(dev) for dev in dict.fromkeys(placement.values())]  # each name once, in file order
+    keep = (max((d + 1 for d in used if d < asked.k), default=0),
+            max((d - asked.k + 1 for d in used if d >= asked.k), default=0))
+    c, note = options.clamp_cluster(asked, g.n, keep)
+    ev = evaluate(g, c, placement)
     out = ev.to_dict()
     if note:
         out["clamped"] = note
@@ -435,13 +439,14 @@ def _stdout_for_answers() -> Iterator[None]:
             os.close(saved)
 
 
-_INPUTS = ("graph", "input", "placement", "checkpoint")
+_INPUTS = ("graph", "input", "placement", "checkpoint", "submissions", "seed_file", "course")
 _OUTPUTS = ("out", "output", "csv")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """Refuse, before any work, an output that exists and is not a regular file, or that is one
-    of the command's inputs (the same file through any link)."""
+    """Refuse, before any work, an output that names no file, exists and is not a regular file,
+    or is one of the command's inputs (the same file through any link) or inside an input folder.
+    (``grade --results-json``, a file or a folder, is checked by ``grade`` itself.)"""
     inputs = []
     for name in _INPUTS:
         value = getattr(args, name, None)
@@ -450,11 +455,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
         out = getattr(args, name, None)
         if not isinstance(out, str):
             continue
-        if os.path.lexists(out):
-            check_output(out)
-        for src in inputs:
-            if same_file(src, out):
-                raise UsageError(f"output {out} is the input {src}; write to another file")
+        check_output(out)  # before any work: a folder, a device, a missing folder, no file name
+        check_apart(out, inputs)
 
 
 def _one_line(message: str) -> str:

@@ -59,17 +59,21 @@ class Cluster:
         return d < self.k
 
     def device_index(self, name: str) -> int:
-        m = re.fullmatch(r"(acc|cpu)(\d+)", str(name))
+        """The index of device ``name``: ``accI`` is ``I``, ``cpuI`` is ``k + I``. Only ASCII
+        digits without leading zeros (``acc01`` or a full-width ``acc１`` would be read as another
+        spelling of ``acc1``, and an answer would name a device the file did not)."""
+        m = re.fullmatch(r"(acc|cpu)(0|[1-9][0-9]*)", str(name))
         if not m:
-            raise ClusterError(f"unknown device name {name!r} (expected acc0.. or cpu0..)")
-        i = int(m.group(2))
-        if m.group(1) == "acc":
-            if i >= self.k:
-                raise ClusterError(f"device {name} does not exist: the cluster has {self.k} accelerator(s)")
-            return i
-        if i >= self.l:
-            raise ClusterError(f"device {name} does not exist: the cluster has {self.l} CPU core(s)")
-        return self.k + i
+            shown = repr(name) if len(str(name)) <= 40 else repr(str(name)[:37] + "...")
+            raise ClusterError(f"unknown device name {shown} (expected acc0.. or cpu0.., decimal, no leading zeros)")
+        kind, digits = m.groups()
+        count = self.k if kind == "acc" else self.l
+        # more digits than the count has is past it: int() of thousands of digits would refuse
+        if len(digits) > len(str(count)) or int(digits) >= count:
+            shown = name if len(name) <= 40 else f"{kind}{digits[:8]}...({len(digits)} digits)"
+            what = "accelerator(s)" if kind == "acc" else "CPU core(s)"
+            raise ClusterError(f"device {shown} does not exist: the cluster has {count} {what}")
+        return int(digits) + (0 if kind == "acc" else self.k)
 
     @classmethod
     def for_graph(cls, graph: Graph, accelerators: int | None = None, cpus: int | None = None,
@@ -79,6 +83,10 @@ class Cluster:
         k = accelerators if accelerators is not None else d.get("accelerators", 1)
         l_ = cpus if cpus is not None else d.get("cpus", 0)
         mem = memory if memory is not None else d.get("memory", math.inf)
+        if k == 0 and l_ == 0:  # name where each 0 came from: an option or the graph file
+            said = [f"{flag} 0" + ("" if given is not None else " (the graph file's value)" if key in d else " (the default)")
+                    for flag, given, key in (("-k", accelerators, "accelerators"), ("--cpus", cpus, "cpus"))]
+            raise ClusterError(f"cluster: needs at least one device, got {' and '.join(said)}")
         return cls(accelerators=int(k), cpus=int(l_), memory=float(mem))
 
 

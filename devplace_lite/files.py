@@ -19,7 +19,8 @@ Writing (`write_atomic`) never leaves a half-written or foreign file behind:
 * a replaced file keeps its permission bits (and, for root, its owner); a new file gets
   ``0666`` less the umask, like any other program's output.
 
-The command line also refuses an output that is one of the command's inputs (`same_file`).
+The command line also refuses an output that is one of the command's inputs or lies in an input
+folder (`check_apart`).
 """
 
 from __future__ import annotations
@@ -94,9 +95,30 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
+def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether ``path`` (once written: through links, ``..`` resolved) lies in ``folder`` or below."""
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([real, top]) == top
+
+
+def check_apart(out: str | os.PathLike, inputs: list[str | os.PathLike]) -> None:
+    """Refuse an output that is one of ``inputs`` (the same file through any link) or lies in an
+    input that is a folder (``grade``'s submissions: a sheet there could replace a submission)."""
+    for src in inputs:
+        if same_file(src, out):
+            raise UsageError(f"output {out} is the input {src}; write to another file")
+        if os.path.isdir(src) and inside(out, src):
+            raise UsageError(f"output {out} is inside the input folder {src}; write outside it")
+
+
 def check_output(path: str | os.PathLike) -> Path:
-    """The file ``path`` will really replace (a symlink's target), refused when it exists and is
-    not a regular file or when its folder does not exist."""
+    """The file ``path`` will really replace (a symlink's target), refused when it names no file
+    (empty, or ending in ``/``, ``.`` or ``..``: ``realpath`` would quietly turn ``out/`` into
+    ``out``), when it exists and is not a regular file, or when its folder does not exist."""
+    text = os.fspath(path)
+    if os.path.basename(text) in ("", ".", ".."):
+        shown = f"'{text}'" if text else "'' (an empty name)"
+        raise UsageError(f"cannot write {shown}: an output must name a file, not a folder")
     target = Path(os.path.realpath(path))
     try:
         st = os.stat(target)

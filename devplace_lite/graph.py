@@ -22,6 +22,12 @@ import numpy as np
 
 from .errors import GraphError
 
+#: The largest total of one quantity over a graph's nodes (all times together: p_acc + p_cpu +
+#: comm; memory; out_bytes; flops). Every value may be finite and the sum still overflow: loads,
+#: bounds and the IPs' big-M (a time total times up to 2·k·q) must stay finite, hence the headroom
+#: of about 1e8 below the float range (1.8e308).
+MAX_TOTAL = 1e300
+
 
 @dataclass(frozen=True)
 class Node:
@@ -160,16 +166,29 @@ class Graph:
                 if v.p_cpu is not None:
                     _finite_nonneg(v.p_cpu, v.id, "p_cpu")
             # every value passed one at a time (numbers numpy would not take as a batch)
-            cols = {fld: np.array([float(getattr(v, fld)) for v in nodes]) for fld in ("p_acc", "memory", "comm", "out_bytes")}
+            cols = {fld: np.array([float(getattr(v, fld)) for v in nodes]) for fld in ("p_acc", "memory", "comm", "out_bytes", "flops")}
             p_cpu = np.array([np.nan if v.p_cpu is None else float(v.p_cpu) for v in nodes])
             given = ~np.isnan(p_cpu)
         self.p_acc, self.memory, self.comm, self.out_bytes = (cols[f] for f in ("p_acc", "memory", "comm", "out_bytes"))
         self.p_cpu = p_cpu
+        self._check_totals(cols, p_cpu[given])
         self.supported = np.array([v.supported for v in nodes], dtype=bool)
         self.backward = np.array([v.backward for v in nodes], dtype=bool)
         nowhere = np.flatnonzero(~self.supported & ~given)
         if len(nowhere):
             raise GraphError(f"node {nodes[nowhere[0]].id}: allowed on no device (unsupported on accelerators, no p_cpu)")
+
+    def _check_totals(self, cols: dict[str, np.ndarray], p_cpu: np.ndarray) -> None:
+        """Refuse a graph whose totals leave the float range (`MAX_TOTAL`): each value finite,
+        their sum infinite, would give ``inf`` loads and ``nan`` gaps downstream."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            totals = {"time (p_acc + p_cpu + comm)": float(cols["p_acc"].sum() + p_cpu.sum() + cols["comm"].sum())}
+            totals.update((f, float(cols[f].sum())) for f in ("memory", "out_bytes", "flops"))
+        for what, total in totals.items():
+            if not total <= MAX_TOTAL:
+                shown = "beyond the float range" if math.isinf(total) else f"{total:.3g}"
+                raise GraphError(f"the nodes' total {what} is {shown}, over the {MAX_TOTAL:.0e} a graph may "
+                                 "total (loads summed from it must stay finite)")
 
     # -- sizes and adjacency -------------------------------------------------------------
     @property

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .devices import Cluster
+from .errors import LimitError
 from .graph import Graph
 
 INT64_MAX = 2**63 - 1
@@ -130,28 +131,48 @@ def add_cluster_args(p: argparse.ArgumentParser, k_required: bool = False, k_def
                    help="memory per accelerator in bytes (default: the file's value, else no cap)")
 
 
-def clamp_cluster(cluster: Cluster, nodes: int) -> tuple[Cluster, dict[str, Any] | None]:
+#: The most devices of a kind kept for the names a placement uses (`clamp_cluster`'s ``keep``):
+#: an evaluation sizes its per-device arrays and answer by it.
+KEEP_DEVICES = 65536
+
+
+def clamp_cluster(cluster: Cluster, nodes: int, keep: tuple[int, int] = (0, 0)) -> tuple[Cluster, dict[str, Any] | None]:
     """``cluster`` with at most ``max(nodes, 1)`` accelerators and as many CPU cores, and a note
     of what was clamped (``None`` when nothing was).
 
     A placement of n nodes keeps at most n devices of a kind busy and devices of a kind are
     identical, so every objective and bound is the same on the smaller cluster; only arrays
-    sized by the device count shrink.
+    sized by the device count shrink. ``keep``: (accelerators, CPU cores) to keep at least, so
+    that a given placement's device names exist (``acc7`` on a 4-node graph with ``-k 8``),
+    at most `KEEP_DEVICES` each.
 
     >>> small, note = clamp_cluster(Cluster(accelerators=10**9, cpus=2), 5)
     >>> small.k, small.l, note["accelerators"]
     (5, 2, [1000000000, 5])
+    >>> clamp_cluster(Cluster(accelerators=10**9), 5, keep=(8, 0))[0].k
+    8
+
+    Raises
+    ------
+    LimitError
+        ``keep`` asks for more than `KEEP_DEVICES` devices of a kind.
     """
-    cap = max(nodes, 1)
-    if cluster.k <= cap and cluster.l <= cap:
+    for count, kind in zip(keep, ("acc", "cpu")):
+        if count > max(KEEP_DEVICES, nodes):
+            raise LimitError(f"the placement names {kind}{count - 1}: evaluating keeps at most {KEEP_DEVICES} devices "
+                             f"of a kind past the graph's {nodes} node(s); number the devices from {kind}0")
+    cap_k, cap_l = max(nodes, 1, keep[0]), max(nodes, 1, keep[1])
+    if cluster.k <= cap_k and cluster.l <= cap_l:
         return cluster, None
     note: dict[str, Any] = {}
-    if cluster.k > cap:
-        note["accelerators"] = [cluster.k, cap]
-    if cluster.l > cap:
-        note["cpus"] = [cluster.l, cap]
+    if cluster.k > cap_k:
+        note["accelerators"] = [cluster.k, cap_k]
+    if cluster.l > cap_l:
+        note["cpus"] = [cluster.l, cap_l]
     note["reason"] = f"the graph has {nodes} node(s); more devices of a kind cannot be used"
-    return Cluster(accelerators=min(cluster.k, cap), cpus=min(cluster.l, cap), memory=cluster.memory), note
+    if keep != (0, 0):
+        note["reason"] += ", past those the placement names"
+    return Cluster(accelerators=min(cluster.k, cap_k), cpus=min(cluster.l, cap_l), memory=cluster.memory), note
 
 
 def cluster_from_args(graph: Graph, args: argparse.Namespace) -> tuple[Cluster, dict[str, Any] | None]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -17,7 +19,8 @@ import pytest
 
 from devplace_lite.cli import main
 from devplace_lite.exercises import exercises
-from devplace_lite.exercises.grading import Plan, csv_text, discover, grade_folder, resolve_seed, table
+from devplace_lite.exercises.grading import (Plan, csv_text, discover, grade_folder, resolve_seed, results_paths,
+                                             table)
 
 CH01 = exercises("01")
 SEED = 20260907
@@ -239,13 +242,104 @@ def test_cli_bad_input_is_one_line_and_status_2(tmp_path, capsys):
            (["grade", str(tmp_path), "--exercise", "01.99", "--seed", "5"], "unknown exercise '01.99'"),
            (["grade", str(tmp_path)], "secret seed"),
            (["grade", str(tmp_path), "--seed", "0"], "book's"),
-           (["grade", str(tmp_path), "--seed", "5", "--course", str(tmp_path / "none.toml")], "cannot read it")]
+           (["grade", str(tmp_path), "--seed", "5", "--course", str(tmp_path / "none.toml")],
+            "course file: cannot read"),
+           (["grade", str(tmp_path), "--seed", "5", "--course", str(tmp_path)], "course file: "),
+           # a FIFO with no writer blocked for ever, /dev/zero filled memory: both read only as regular files now
+           (["grade", str(tmp_path), "--seed", "5", "--course", str(tmp_path / "fifo")], "course file: "),
+           (["grade", str(tmp_path), "--seed-file", str(tmp_path / "fifo")], "seed file: "),
+           (["grade", str(tmp_path), "--seed-file", "/dev/zero"], "seed file: /dev/zero: not a regular file")]
+    os.mkfifo(tmp_path / "fifo")
     (tmp_path / "bad.toml").write_text('[exercises]\n"01.2" = { points = -1 }\n')
     bad.append((["grade", str(tmp_path), "--seed", "5", "--course", str(tmp_path / "bad.toml")], "exercises.01.2.points"))
     for argv, message in bad:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, (argv, err)
+
+
+@pytest.fixture
+def small_class(tmp_path, monkeypatch):
+    """Two submissions, a course naming a seed file, a FIFO; grading itself fails the test (every
+    refusal below must come before any work)."""
+    import devplace_lite.exercises.grading as grading
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "good.py").write_text(GOOD)
+    (subs / "wrong.py").write_text(WRONG)
+    (tmp_path / "seed.txt").write_text("secret\n")
+    (tmp_path / "course.toml").write_text('[grading]\nseed_file = "seed.txt"\n')
+    (tmp_path / "sheet.csv").write_text("a file")
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setattr(grading, "grade_folder", lambda *a, **k: pytest.fail("graded before refusing an output"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("option,value,needle", [
+    ("--results-json", "fifo", "2 submissions need a folder"),
+    ("--results-json", "fifo/", "2 submissions need a folder"),
+    ("--csv", "fifo", "fifo: not a regular file (a FIFO); refusing to replace it"),
+    ("--csv", "subs/good.py", "output subs/good.py is inside the input folder subs"),
+    ("--csv", "subs/sheet.csv", "output subs/sheet.csv is inside the input folder subs"),
+    ("--results-json", "nothere/../subs", "is inside the input folder subs"),
+    ("--results-json", "sheet.csv", "2 submissions need a folder (one file each), and this is not one"),
+    ("--results-json", "", "cannot write '' (an empty name)"),
+    ("--csv", "", "cannot write '' (an empty name)"),
+    ("--csv", "out/", "cannot write 'out/': an output must name a file"),
+    ("--csv", "seed.txt", "is the input"),
+    ("--results-json", "course.toml", "2 submissions need a folder"),
+    ("--csv", "course.toml", "output course.toml is the input course.toml"),
+])
+def test_grade_outputs_are_checked_before_grading(small_class, capsys, monkeypatch, option, value, needle):
+    """``--results-json FIFO`` replaced the FIFO by a regular file (as root, ``/dev/null`` too: the
+    same path, not run here) and ``--csv subs/good.py`` overwrote a submission, both after grading."""
+    monkeypatch.chdir(small_class)
+    before = {p.name: p.read_bytes() for p in small_class.rglob("*") if p.is_file()}
+    assert main(["grade", "subs", "--course", "course.toml", "--unsafe-no-sandbox", option, value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+    assert stat.S_ISFIFO(os.lstat("fifo").st_mode)
+    assert {p.name: p.read_bytes() for p in small_class.rglob("*") if p.is_file()} == before
+
+
+def test_one_submissions_results_json_is_not_written_over_a_fifo(small_class, capsys):
+    (small_class / "subs" / "wrong.py").unlink()
+    assert main(["grade", str(small_class / "subs"), "--seed", "5", "--results-json", str(small_class / "fifo")]) == 2
+    assert "fifo: not a regular file (a FIFO); refusing to replace it" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.lstat(small_class / "fifo").st_mode)
+
+
+def test_results_json_names_one_file_per_submission():
+    assert results_paths(["a.py"], "r.json") == [Path("r.json")]
+    assert results_paths(["a.py"], "r/") == [Path("r/a.json")]  # a trailing / asks for a folder
+    # a.py and a.md both wrote a.json (the second replaced the first); a stem that is another's name keeps its suffix
+    assert results_paths(["a.md", "a.py", "b.py", "c", "c.py", "d.py", "d.py.md"], "r") == [
+        Path("r") / n for n in ("a.md.json", "a.py.json", "b.json", "c.json", "c.py.json", "d.json", "d.py.md.json")]
+
+
+def test_grade_writes_its_outputs_as_every_command_does(tmp_path, monkeypatch, capsys):
+    """Atomic, keeping a replaced file's mode, through a symbolic link, no file left beside it
+    (graded unsandboxed: what is tested is the writing)."""
+    import devplace_lite.exercises.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "good.py").write_text(GOOD)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sheet.csv").write_text("old")
+    (out / "sheet.csv").chmod(0o600)
+    (out / "target.json").write_text("old")
+    (tmp_path / "results.json").symlink_to(out / "target.json")
+    assert main(["grade", str(subs), "--seed", "5", "--exercise", "01.3", "--unsafe-no-sandbox", "--json",
+                 "--csv", str(out / "sheet.csv"), "--results-json", str(tmp_path / "results.json")]) == 0
+    assert json.loads(capsys.readouterr().out)["submissions"][0]["total"] == 1
+    assert stat.S_IMODE((out / "sheet.csv").stat().st_mode) == 0o600
+    assert (out / "sheet.csv").read_text().splitlines()[1].startswith("good.py,1,")
+    assert (tmp_path / "results.json").is_symlink() and json.loads((out / "target.json").read_text())["score"] == 1
+    assert sorted(os.listdir(out)) == ["sheet.csv", "target.json"]
 
 
 def test_refuses_to_grade_without_bwrap_unless_told(tmp_path, monkeypatch, capsys):

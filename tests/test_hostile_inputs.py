@@ -153,6 +153,24 @@ def test_number_past_the_float_range_is_refused(capsys, tmp_path, msr):
     refused(capsys, "g.json: native graph: 'meta': holds a number out of range: -inf", "convert", p, tmp_path / "o.json")
 
 
+@pytest.mark.parametrize("field,what", [("p_acc", "time (p_acc + p_cpu + comm)"), ("comm", "time (p_acc + p_cpu + comm)"),
+                                        ("memory", "memory"), ("flops", "flops")])
+@pytest.mark.parametrize("command", [["info"], ["partition", "--method", "greedy"], ["bound", "-k", "2"]])
+def test_totals_past_the_float_range_are_refused_at_load(capsys, tmp_path, field, what, command):
+    """Each value finite, their sum infinite: answered before with null loads and an "infeasible" bound."""
+    nodes = [{"id": f"n{i}", "p_acc": 1.0, field: 1.7e308} for i in range(4)]
+    p = write(tmp_path, native(nodes, [[f"n{i}", f"n{i + 1}"] for i in range(3)]))
+    refused(capsys, f"g.json: the nodes' total {what} is beyond the float range, over the 1e+300",
+            command[0], p, *command[1:])
+
+
+def test_totals_in_the_float_range_but_past_the_headroom_are_refused(capsys, tmp_path, msr):
+    refused(capsys, "m.json: the nodes' total time (p_acc + p_cpu + comm) is 1.6e+300, over the 1e+300",
+            "info", msr(lambda d: d["nodes"][0].update(cpuLatency=1.6e300)))
+    code, out, _ = run(capsys, "info", msr(lambda d: d["nodes"][0].update(cpuLatency=1e299)), "--json")
+    assert code == 0 and json.loads(out)["total_cpu_work"] >= 1e299
+
+
 def test_non_utf8_is_refused(capsys, tmp_path):
     p = tmp_path / "latin1.json"
     p.write_bytes(b'{"format": "devplace-graph", "version": 1, "name": "caf\xe9", "nodes": [], "edges": []}')
@@ -198,6 +216,70 @@ def test_absurd_device_counts_are_clamped_and_said(capsys, tmp_path, argv):
     ans = json.loads(out)
     assert code == 0 and ans["clamped"]["accelerators"] == [1_000_000_000, 12], err
     assert "12 node(s)" in ans["clamped"]["reason"]
+
+
+def test_no_device_names_where_each_zero_came_from(capsys, msr):
+    """"cluster: needs at least one device" named neither the option nor the file's field."""
+    p = msr(lambda d: d.update(maxFPGAs=0, maxCPUs=0))
+    refused(capsys, "needs at least one device, got -k 0 (the graph file's value) and --cpus 0 (the graph file's value)",
+            "partition", p, "--method", "greedy")
+    refused(capsys, "needs at least one device, got -k 0 and --cpus 0 (the default)",
+            "partition", msr(lambda d: d.pop("maxCPUs")), "--method", "greedy", "-k", 0)
+
+
+def test_clamping_keeps_the_devices_a_placement_names(capsys, tmp_path):
+    """acc7 exists with -k 8 on a 4-node graph; the clamp to 4 accelerators made evaluate refuse it."""
+    g = write(tmp_path, native([{"id": x, "p_acc": 1, "p_cpu": 2, "comm": 0.5} for x in "abcd"],
+                               [["a", "b"], ["b", "c"], ["c", "d"]]))
+    p = write(tmp_path, {"a": "acc7", "b": "acc7", "c": "acc5", "d": "cpu6"}, "p.json")
+    code, out, err = run(capsys, "evaluate", g, p, "-k", 8, "--cpus", 8, "--json")
+    ans = json.loads(out)
+    assert code == 0, err
+    assert ans["objective"] == 2.5 and ans["bottleneck"] == "acc7" and ans["devices"]["cpu6"]["load"] == 2
+    assert list(ans["devices"]) == [f"acc{i}" for i in range(8)] + [f"cpu{i}" for i in range(7)]
+    assert ans["clamped"]["cpus"] == [8, 7] and "accelerators" not in ans["clamped"]
+    refused(capsys, "device acc7 does not exist: the cluster has 4 accelerator(s)", "evaluate", g, p, "-k", 4, "--cpus", 8)
+
+
+@pytest.mark.parametrize("device,needle", [
+    ("acc65536", "the placement names acc65536: evaluating keeps at most 65536 devices of a kind"),
+    ("acc999999999999", "the placement names acc999999999999"),
+    ("acc" + "9" * 5000, "does not exist: the cluster has 1000000000000 accelerator(s)"),  # was a ValueError traceback
+    ("cpu" + "9" * 5000, "does not exist: the cluster has 1 CPU core(s)"),
+    ("acc01", "unknown device name 'acc01' (expected acc0.. or cpu0.., decimal, no leading zeros)"),
+    ("acc\uff11", "unknown device name"),  # a full-width 1 was read as acc1
+    ("acc-1", "unknown device name"), ("ACC0", "unknown device name"), (" acc0", "unknown device name"),
+    ("gpu0", "unknown device name"),
+])
+def test_huge_or_misspelled_device_names_are_refused_without_allocating(capsys, tmp_path, device, needle):
+    g = write(tmp_path, native([{"id": x, "p_acc": 1, "p_cpu": 2} for x in "abcd"]))
+    p = write(tmp_path, {"a": device, "b": "acc0", "c": "acc0", "d": "acc0"}, "p.json")
+    line = refused(capsys, needle, "evaluate", g, p, "-k", 10**12, "--cpus", 1)
+    assert len(line) < 300
+
+
+def test_a_placement_at_the_device_cap_is_answered(capsys, tmp_path):
+    g = write(tmp_path, native([{"id": x, "p_acc": 1, "p_cpu": 2} for x in "ab"]))
+    p = write(tmp_path, {"a": f"acc{options.KEEP_DEVICES - 1}", "b": "cpu3"}, "p.json")
+    code, out, err = run(capsys, "evaluate", g, p, "-k", 10**12, "--cpus", 10**12, "--json")
+    ans = json.loads(out)
+    assert code == 0 and ans["clamped"]["accelerators"] == [10**12, options.KEEP_DEVICES] and ans["clamped"]["cpus"] == [10**12, 4]
+    assert ans["objective"] == 2 and len(ans["devices"]) == options.KEEP_DEVICES + 4
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ({"a": 0, "b": "acc0"}, "not a placement"), ({"a": True, "b": "acc0"}, "not a placement"),
+    ({"a": 0.0, "b": "acc0"}, "not a placement"), ({"a": None, "b": "acc0"}, "not a placement"),
+    ({"placement": {"a": -1, "b": "acc0"}}, "placement: node a must map to a device name"),
+    ({"placement": {"a": ["acc0"], "b": "acc0"}}, "placement: node a must map to a device name"),
+    ([0, 1], "not a placement"), ("\"acc0\"", "not a placement"), ({"a": "acc0"}, "placement leaves node b unplaced"),
+    ({"a": "acc0", "b": "acc0", "zz": "acc0"}, "placement names unknown node zz"),
+    ({"a": "acc1", "b": "acc0"}, "device acc1 does not exist: the cluster has 1 accelerator(s)"),
+    ({"a": "cpu0", "b": "acc0"}, "device cpu0 does not exist: the cluster has 0 CPU core(s)"),
+])
+def test_placements_of_wrong_types_and_devices_are_one_line(capsys, tmp_path, doc, needle):
+    g = write(tmp_path, native(TWO))
+    refused(capsys, needle, "evaluate", g, write(tmp_path, doc, "p.json"))
 
 
 def test_device_count_from_the_file_is_clamped(capsys, msr):
@@ -270,6 +352,27 @@ def test_output_equal_to_an_input_is_refused(capsys, graph, tmp_path, how):
     refused(capsys, "is the input", "partition", graph, "--method", "time", "--out", out)
     refused(capsys, "is the input", "convert", graph, out, "--to", "msr")
     assert graph.read_bytes() == before
+
+
+@pytest.mark.parametrize("out", ["", "{tmp}/sub/", "{tmp}/new/", "{tmp}/new/.", "{tmp}/sub/..", "{graph}/"])
+@pytest.mark.parametrize("command", [["partition", "{graph}", "--method", "time", "--out"], ["convert", "{graph}"]])
+def test_an_output_that_names_no_file_is_refused_before_any_work(capsys, graph, tmp_path, out, command, monkeypatch):
+    """``--out ''`` was skipped in silence; ``--out new/`` wrote the file ``new`` and ``--out g.json/``
+    replaced the input ``g.json`` (``realpath`` drops the slash; ``stat`` of ``g.json/`` fails, so
+    no same-file match)."""
+    (tmp_path / "sub").mkdir()
+    monkeypatch.setattr(cli, "load_graph", lambda path: pytest.fail("loaded the graph before refusing the output"))
+    before = graph.read_bytes()
+    spelled = out.format(tmp=tmp_path, graph=graph)
+    refused(capsys, f"cannot write '{spelled}'", *[a.format(graph=graph) for a in command], spelled)
+    assert graph.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["g.json", "sub"]
+    assert os.listdir(tmp_path / "sub") == []
+
+
+def test_an_output_in_a_missing_folder_is_refused_before_any_work(capsys, graph, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "load_graph", lambda path: pytest.fail("loaded the graph before refusing the output"))
+    refused(capsys, f"folder {tmp_path / 'none'} does not exist", "partition", graph, "--method", "time",
+            "--out", tmp_path / "none" / "a.json")
 
 
 def test_replaced_file_keeps_its_mode(capsys, graph, tmp_path):

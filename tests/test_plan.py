@@ -214,6 +214,21 @@ def test_out_names_a_folder_and_a_file_there_is_refused_untouched(capsys, tmp_pa
     assert target.read_text() == "mine"
 
 
+def test_out_that_is_empty_or_holds_a_fifo_is_refused_before_profiling(capsys, tmp_path, monkeypatch):
+    """``--out ''`` wrote the plan into the current folder; a FIFO named run_pipeline.py in the
+    folder was replaced by the script after the whole profiling and planning."""
+    import devplace_lite.zoo as zoo
+
+    monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("profiled before refusing the output"))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, "plan", "gpt", "-k", "2", "--out", "")
+    assert code == 2 and err.count("\n") == 1 and "--out: an empty name" in err, err
+    os.mkfifo(tmp_path / "run_pipeline.py")
+    code, out, err = _cli(capsys, "plan", "gpt", "-k", "2", "--out", tmp_path)
+    assert code == 2 and err.count("\n") == 1 and "run_pipeline.py: not a regular file (a FIFO)" in err, err
+    assert os.listdir(tmp_path) == ["run_pipeline.py"]
+
+
 def test_pipeline_command_refuses_a_spec_that_gives_no_model(capsys):
     code, out, err = _cli(capsys, "pipeline", "stages", "--model", "os:getcwd", "--method", "dp", "-k", "1")
     assert code == 2 and err.count("\n") == 1 and "os.getcwd() returned str" in err

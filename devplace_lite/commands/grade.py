@@ -70,11 +70,35 @@ def _select(args: argparse.Namespace, course) -> list:
     return chosen
 
 
+def _check_outputs(args: argparse.Namespace, subs: list, seed_file) -> None:
+    """Before any grading: every file ``--csv`` and ``--results-json`` will write is checked as
+    every command checks its outputs (`devplace_lite.files`: names a file, not a device or FIFO,
+    its folder exists) and is none of the inputs: not the course or seed file, not inside the
+    submissions folder (the command line checked ``--csv`` already, but not against the course's
+    seed file)."""
+    from ..exercises.grading import results_paths
+    from ..files import check_apart, check_output
+
+    inputs = [p for p in (args.submissions, args.course, seed_file) if p is not None]
+    outputs = [args.csv] if args.csv is not None else []  # as spelled: Path() would drop a trailing /
+    if args.results_json == "":
+        check_output(args.results_json)  # Path("") is ".", the current folder
+    if args.results_json is not None:
+        folder = Path(args.results_json)
+        targets = results_paths([s.name for s in subs], folder) if subs else []
+        if targets != [folder]:  # a folder of results (made when missing): it must not be an input either
+            check_apart(folder, inputs)
+        outputs += [t for t in targets if t.parent.is_dir() or t == folder]
+    for out in outputs:
+        check_output(out)
+        check_apart(out, inputs)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..exercises.course import Course, load_course
-    from ..exercises.grading import (Plan, csv_text, flags, grade_folder, header, resolve_seed, table, write_atomic,
-                                     write_results)
+    from ..exercises.grading import (Plan, csv_text, discover, flags, grade_folder, header, resolve_seed, table,
+                                     write_results, write_text)
 
     course = load_course(args.course) if args.course else Course()
     chosen = _select(args, course)
@@ -92,15 +116,16 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     seed_file = args.seed_file if args.seed_file is not None or args.seed is not None else course.seed_file
+    _check_outputs(args, discover(Path(args.submissions)), seed_file)
     plan = Plan(chosen, resolve_seed(args.seed, seed_file),
                 timeout=args.timeout if args.timeout is not None else course.timeout or 30.0,
                 load_timeout=args.load_timeout if args.load_timeout is not None else course.load_timeout or 120.0,
                 limits=course.limits, course=course, unsafe=args.unsafe_no_sandbox)
     subs = grade_folder(Path(args.submissions), plan, jobs=args.jobs)
     if args.csv:
-        write_atomic(Path(args.csv), csv_text(subs, plan))
+        write_text(Path(args.csv), csv_text(subs, plan))
     if args.results_json and subs:
-        write_results(subs, plan, Path(args.results_json))
+        write_results(subs, plan, args.results_json)  # as spelled: a trailing / asks for a folder
     if args.json:
         print_json({"exercises": listing, "timeout": plan.timeout, "load_timeout": plan.load_timeout,
                     "sandbox": header(plan), "submissions": [s.to_dict() for s in subs]})

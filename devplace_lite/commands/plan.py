@@ -78,8 +78,16 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--batch {args.batch} is not a multiple of --microbatches {args.microbatches}")
     if (args.check or args.nodes > 1) and not (args.run or args.calibrate):
         raise UsageError("--check and --nodes need --run (or --calibrate)")
+    if not args.folder:  # Path("") is ".": the plan's files would land in the current folder unasked
+        raise UsageError("--out: an empty name; name a folder for the plan's files")
     if os.path.lexists(args.folder) and not os.path.isdir(args.folder):
         raise UsageError(f"--out {args.folder}: exists and is not a folder; name a folder for the plan's files")
+    if os.path.isdir(args.folder):  # its files, before the model is profiled (a FIFO there, a folder)
+        from ..files import check_output
+        from ..pipeline.planner import PLAN_FILES
+
+        for name in PLAN_FILES.values():
+            check_output(os.path.join(args.folder, name))
 
 
 def command_line(args: argparse.Namespace) -> str:

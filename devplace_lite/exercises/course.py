@@ -31,9 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import DevplaceError, UsageError
+from ..files import read_input
 from .sandbox import Limits
 
+#: The largest course file read, in bytes.
+COURSE_FILE_BYTES = 1 << 20
 _GRADING_KEYS = {"seed_file", "timeout", "load_timeout"}
 
 
@@ -89,10 +92,10 @@ def load_course(path: str | Path) -> Course:
     from .core import get
 
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UsageError(f"course file {path}: cannot read it ({e.strerror or e})") from None
+    try:  # a regular file of at most COURSE_FILE_BYTES: a FIFO would block and /dev/zero fill memory
+        data = tomllib.loads(read_input(path, limit=COURSE_FILE_BYTES).decode("utf-8"))
+    except DevplaceError as e:
+        raise UsageError(f"course file: {e}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"course file {path}: not TOML: {e}") from None
     unknown = set(data) - {"grading", "limits", "exercises"}

@@ -33,12 +33,14 @@ import io
 import json
 import os
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import DevplaceError, UsageError
+from ..files import read_input, write_atomic
 from . import answers
 from .core import NOT_ATTEMPTED, Case, Exercise, Outcome, assess
 from .course import Course
@@ -50,6 +52,8 @@ _IGNORED_DIRS = {"__pycache__", ".ipynb_checkpoints"}
 SEED_TEXT = ", seed=GRADING_SEED"
 #: statuses that score 0 whatever the check said
 RUNAWAY = ("timeout", "memory", "output", "crashed")
+#: the largest seed file read, in bytes (a number or a pass phrase)
+SEED_FILE_BYTES = 1 << 16
 
 
 @dataclass
@@ -114,10 +118,12 @@ def resolve_seed(seed: int | None = None, seed_file: str | Path | None = None) -
     if seed is not None and seed_file is not None:
         raise UsageError("give --seed or --seed-file, not both")
     if seed_file is not None:
-        try:
-            text = Path(seed_file).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as e:
-            raise UsageError(f"seed file {seed_file}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+        try:  # a regular file of a few bytes: a FIFO would block and /dev/zero fill memory
+            text = read_input(seed_file, limit=SEED_FILE_BYTES).decode("utf-8").strip()
+        except DevplaceError as e:
+            raise UsageError(f"seed file: {e}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"seed file {seed_file}: not UTF-8 text") from None
         if not text:
             raise UsageError(f"seed file {seed_file} is empty")
         seed = int(text) if text.isdigit() else int(hashlib.sha256(text.encode()).hexdigest()[:16], 16) + 1
@@ -382,28 +388,50 @@ def gradescope_results(sub: Submission, plan: Plan) -> dict[str, Any]:
     return {"score": sub.total, "output": "\n".join(sub.notes), "tests": tests}
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as every command writes its outputs (`devplace_lite.files.write_atomic`:
+    whole or not at all, never over a device or a FIFO, keeping a replaced file's mode)."""
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def write_results(subs: list[Submission], plan: Plan, path: Path) -> list[Path]:
-    """Gradescope ``results.json``: the file itself for one submission, else one ``NAME.json`` each
-    in the folder ``path``."""
+def results_paths(names: list[str], path: str | os.PathLike) -> list[Path]:
+    """Where `write_results` writes Gradescope's ``results.json`` for the submissions ``names``:
+    ``path`` itself for one submission (unless it is a folder or is spelled with a trailing
+    ``/``), else ``NAME.json`` in the folder ``path``, one per submission. ``NAME`` is the
+    submission's name less its suffix, or the whole name where that would be shared (``a.py``
+    and ``a.md`` would both write ``a.json``).
+
+    Raises
+    ------
+    UsageError
+        Several submissions and ``path`` is a file, not a folder.
+    """
+    text = os.fspath(path)
     path = Path(path)
-    if len(subs) == 1 and not path.is_dir():
-        write_atomic(path, json.dumps(gradescope_results(subs[0], plan), indent=1) + "\n")
+    if len(names) == 1 and not path.is_dir() and not text.endswith((os.sep, "/")):
         return [path]
-    path.mkdir(parents=True, exist_ok=True)
-    written = []
-    for s in subs:
-        target = path / f"{Path(s.name).stem}.json"
-        write_atomic(target, json.dumps(gradescope_results(s, plan), indent=1) + "\n")
-        written.append(target)
-    return written
+    if os.path.lexists(path) and not path.is_dir():
+        raise UsageError(f"--results-json {text}: {len(names)} submissions need a folder (one file each), "
+                         "and this is not one")
+    stems = Counter(Path(n).stem for n in names)
+    full = set(names)
+
+    def own(name: str) -> str:
+        stem = Path(name).stem
+        return stem if stems[stem] == 1 and (stem == name or stem not in full) else name
+
+    return [path / f"{own(n)}.json" for n in names]
+
+
+def write_results(subs: list[Submission], plan: Plan, path: str | os.PathLike) -> list[Path]:
+    """Gradescope ``results.json``: the file itself for one submission, else one ``NAME.json`` each
+    in the folder ``path`` (`results_paths`)."""
+    targets = results_paths([s.name for s in subs], path)
+    if targets != [Path(path)]:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    for s, target in zip(subs, targets):
+        write_text(target, json.dumps(gradescope_results(s, plan), indent=1) + "\n")
+    return targets
 
 
 def header(plan: Plan) -> str:

@@ -114,6 +114,10 @@ def in_flight(schedule: str, microbatches: int, stages: int, stage: int, trainin
 
 
 # -- the plan ----------------------------------------------------------------------------------
+#: The files `PipelinePlan.write` writes into its folder.
+PLAN_FILES = {"plan": "plan.json", "graph": "graph.json", "script": "run_pipeline.py"}
+
+
 @dataclass
 class PipelinePlan:
     """A model's pipeline plan: segments, the chosen split, its certificate and its memory.
@@ -261,7 +265,7 @@ class PipelinePlan:
 
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        paths = {"plan": out / "plan.json", "graph": out / "graph.json", "script": out / "run_pipeline.py"}
+        paths = {key: out / name for key, name in PLAN_FILES.items()}
         save_graph(self.graph, paths["graph"])
         write_json_atomic(paths["plan"], self.to_json())
         write_script(paths["script"], self)

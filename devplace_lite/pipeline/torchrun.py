@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import GraphError, UsageError
+from ..files import write_atomic
 from .resources import free_port
 
 
@@ -94,17 +95,15 @@ if __name__ == "__main__":
 
 
 def write_script(path: str | Path, plan: Any) -> None:
-    """Write the torchrun script of ``plan`` (a `PipelinePlan`) to ``path``, atomically."""
+    """Write the torchrun script of ``plan`` (a `PipelinePlan`) to ``path``, as every output is
+    (`devplace_lite.files.write_atomic`)."""
     spec = "".join(f"    {fqn!r}: SplitPoint.BEGINNING,\n" for fqn in plan.split_points)
     tied = "; ".join(t["parameter"] for t in plan.tied if len(t["stages"]) > 1) or "none here"
     gap = "unknown" if plan.gap is None else f"{100 * plan.gap:.1f} %"
     text = _SCRIPT.format(model=plan.model_spec or plan.graph.meta.get("model"), stages=plan.num_stages,
                           method=plan.method, gap=gap, microbatches=plan.microbatches, spec=spec, tied=tied,
                           schedule_class={"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}[plan.schedule])
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
 
 
 # -- one rank ----------------------------------------------------------------------------------
