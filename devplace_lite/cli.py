@@ -49,6 +49,9 @@ BOUND_TIME = 5.0
 BOUND_SHARE = 0.2
 #: The share of ``--time-limit`` (at most one second) kept for the answer and the interpreter's exit.
 EXIT_SHARE = 0.1
+#: Seconds of ``bound``'s limit that its method does not get, so that it stops by itself (a HiGHS
+#: child is killed `devplace_lite.mip.solve.KILL_GRACE` past its limit) before the command stops it.
+STOP_GRACE = 1.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -250,8 +253,11 @@ def cmd_bound(args: argparse.Namespace) -> int:
     proven: list = []
     kw = {"on_progress": proven.append} if "on_progress" in (getattr(fn, "__kwdefaults__", None) or {}) else {}
     try:
-        with contextlib.nullcontext() if left is None else _overtime_after(left):  # the method had all of it
-            b = fn(g, c, time_limit=left, **kw)
+        # the method gets the limit less STOP_GRACE (at most half of it): a HiGHS child killed at its
+        # own limit (KILL_GRACE past it) then answers before the stop below fires and loses its bound
+        limit = None if left is None else max(left - min(STOP_GRACE, 0.5 * left), MIN_SLICE)
+        with contextlib.nullcontext() if left is None else _overtime_after(left):
+            b = fn(g, c, time_limit=limit, **kw)
     except _Overtime:  # its models outlasted the limit on a huge graph: what it proved, else the
         from .bounds.combinatorial import node_bound  # bound every placement obeys
 

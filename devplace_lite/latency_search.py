@@ -56,7 +56,7 @@ from .graph import Graph
 from .latency import call_latency, evaluate_latency, pieces_dict, reentry_pieces
 from .latency_bounds import latency_bound
 from .result import Result, no_feasible_status
-from .units import pipeline_units
+from .units import order_edges, pipeline_units
 
 #: Kicks of the local search when it has no deadline.
 ROUNDS = 20
@@ -174,8 +174,11 @@ class Blocks:
 
     @cached_property
     def dag(self) -> nx.DiGraph:
-        """The graph of the blocks (a DAG: blocks that would form a cycle are fused)."""
-        s, t = self.of[self.graph.src], self.of[self.graph.dst]
+        """The graph of the blocks (a DAG: blocks that would form a cycle are fused). Its arcs
+        are the pairs a chain split keeps in order (`devplace_lite.units.order_edges`), of which
+        the blocks are built: a training graph's own edges, backward ones included, made cycles
+        between blocks (networkx refused to order them)."""
+        s, t = (self.of[x] for x in order_edges(self.graph))
         d = nx.DiGraph()
         d.add_nodes_from(range(len(self.nodes)))
         d.add_edges_from(zip(s[s != t].tolist(), t[s != t].tolist()))

@@ -655,3 +655,21 @@ def test_a_bound_stopped_after_a_step_answers_with_what_that_step_proved(capsys,
     answer = json.loads(out)
     assert code == 0 and (answer["status"], answer["method"], answer["bound"]) == ("time_limit", "best", 0.75)
     assert "finished steps proved" in answer["stopped"]
+
+
+def test_a_bound_method_that_stops_just_past_its_limit_keeps_its_answer(capsys, graph, monkeypatch):
+    """A HiGHS child is killed `KILL_GRACE` past its limit; `bound` gave the method all of
+    --time-limit, so the command's own stop fired first and exact-mip's bound (313 on BERT-L12,
+    k = 6) was lost for the node bound (20). The method now gets the limit less `STOP_GRACE`."""
+    from devplace_lite import methods
+    from devplace_lite.bounds import Bound
+    from devplace_lite.mip.solve import KILL_GRACE
+
+    def exact(g, c, *, time_limit=None):  # stops at its limit plus the child's kill grace
+        time.sleep(time_limit + KILL_GRACE)
+        return Bound(0.75, "exact-mip", time_limit, "time_limit", kind="chain")
+
+    monkeypatch.setattr(methods, "resolve", lambda registry, name, what="": exact)
+    code, out, _ = run(capsys, "bound", graph, "--method", "exact-mip", "-k", "2", "--time-limit", "3", "--json")
+    answer = json.loads(out)
+    assert code == 0 and (answer["status"], answer["method"], answer["bound"]) == ("time_limit", "exact-mip", 0.75)

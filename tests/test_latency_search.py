@@ -188,3 +188,14 @@ def test_published_inputs_ip_beats_greedy_and_dp_split(reference_dir, name):
     assert r.bound <= r.objective and r.gap is not None
     if name.startswith("LayerGraphs/bert24"):
         assert r.status == "optimal" and round(r.objective, 2) == 100.22
+
+
+@pytest.mark.parametrize("family", ["layered", "cells", "series_parallel"])
+def test_training_graphs_are_searched(family):
+    """A training graph's backward edges made cycles between blocks: the block DAG's orders
+    raised networkx's NetworkXUnfeasible (a traceback from `devplace latency`)."""
+    g = generate(family, 40, seed=0, training=True)
+    c = Cluster(3, 1)
+    r = local_search(g, c, time_limit=2.0)
+    assert r.assignment is not None and r.status in ("feasible", "optimal")
+    assert evaluate_latency(g, c, r.assignment).latency == pytest.approx(r.objective)

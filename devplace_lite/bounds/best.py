@@ -138,6 +138,15 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
         parts[b.method] = {"bound": b.bound, "seconds": round(b.seconds, 4), "status": b.status}
         raise_lo(b.bound)
 
+    def ip(step: Callable):
+        """An integer-programming step's answer, or None when the graph's times are too far
+        apart for the solvers (`LinearModel.check_range`): the other steps' bounds stand."""
+        try:
+            return step()
+        except LimitError as e:
+            parts.setdefault("skipped", str(e))
+            return None
+
     def exact_dp(seconds: float) -> bool:
         """Step 4 within ``seconds``; True when the DP proved that no chain split exists."""
         nonlocal ub
@@ -166,24 +175,27 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
         # a stage holding v costs at least nb(v): units far below the bound rarely matter
         nb = neighbourhood(model)
         candidates = [int(v) for v in np.argsort(-nb, kind="stable") if np.isfinite(nb[v]) and nb[v] >= 0.5 * lo]
-        record(pinned_bound(model, candidates[:PINNED], time_limit=0.15 * left(), lower=lo))
+        ip(lambda: record(pinned_bound(model, candidates[:PINNED], time_limit=0.15 * left(), lower=lo)))
     if use_dp and not closed() and left() > 0 and exact_dp(DP_SHARE * left()):
         return Bound(math.inf, "best", time.perf_counter() - t0, "infeasible", kind="chain",
                      extra={"components": parts, "tight": True})
     if not closed() and left() > 0 and cluster.k:
         # one window (the middle stage, modelled exactly): cheap, and a floor for the reach search
-        w = window_relaxation(graph, cluster, (cluster.k + 1) // 2, time_limit=0.1 * left(), lower=lo, model=model)
-        w.method = "stage-relax"
-        record(w)
+        w = ip(lambda: window_relaxation(graph, cluster, (cluster.k + 1) // 2, time_limit=0.1 * left(), lower=lo,
+                                         model=model))
+        if w is not None:
+            w.method = "stage-relax"
+            record(w)
     if not closed() and left() > 0:
-        record(reach_bound(model, lower=lo, upper=ub if math.isfinite(ub) else None,
-                           time_limit=0.8 * left() if model.U * (cluster.k + cluster.l) <= EXACT_LIMIT else left()))
+        ip(lambda: record(reach_bound(model, lower=lo, upper=ub if math.isfinite(ub) else None,
+                                      time_limit=0.8 * left() if model.U * (cluster.k + cluster.l) <= EXACT_LIMIT
+                                      else left())))
     if not closed() and left() > 0.05 and model.U * (cluster.k + cluster.l) <= EXACT_LIMIT:
-        r = stage_mip(graph, cluster, time_limit=0.95 * left(), lower=lo)
-        if r.bound is not None:
+        r = ip(lambda: stage_mip(graph, cluster, time_limit=0.95 * left(), lower=lo))
+        if r is not None and r.bound is not None:
             record(Bound(r.bound, "exact-mip", r.seconds, r.status if r.status != "infeasible" else "infeasible",
                          kind="chain"))
-        if r.objective is not None:
+        if r is not None and r.objective is not None:
             ub = min(ub, r.objective)
     tight = closed()
     status = "optimal" if tight else "time_limit"

@@ -48,11 +48,21 @@ from typing import Iterable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import UsageError
+from ..errors import LimitError, UsageError
 from ..progress import Progress, enabled
 
 SOLVERS = ("scip", "highs")
 INF = math.inf
+#: Models with a larger coefficient, cost or finite bound are rescaled first (`LinearModel.scaled`);
+#: the library's own models stay below it (times in ms, memory as a share of the cap).
+SCALE_ABOVE = 1e6
+#: Rounds of geometric scaling in `LinearModel.scaled`.
+SCALE_PASSES = 30
+#: The magnitude from which HiGHS refuses a matrix value (its ``large_matrix_value``); SCIP takes
+#: 1e20 as infinity. A model still holding one after scaling is refused (`LinearModel.check_range`).
+LARGEST = 1e15
+#: HiGHS drops matrix values below this (its ``small_matrix_value``).
+SMALLEST = 1e-9
 
 
 class LinearModel:
@@ -162,21 +172,83 @@ class LinearModel:
         return A
 
     def violation(self, values: np.ndarray) -> float:
-        """Largest violation of a bound, a row or integrality by a column vector."""
+        """Largest violation of a bound, a row or integrality by a column vector, each relative
+        to its magnitude when that is above 1 (as solvers measure feasibility): a row summing
+        terms of 1e13 is off by about 1e-3 from rounding alone."""
         x = np.asarray(values, dtype=float)
-        worst = float(np.max(np.concatenate([[0.0], self.lb - x, x - self.ub])))
+        scale = np.maximum(1.0, np.abs(x))
+        worst = float(np.max(np.concatenate([[0.0], (self.lb - x) / scale, (x - self.ub) / scale])))
         ints = self.integer
         if ints.any():
             worst = max(worst, float(np.max(np.abs(x[ints] - np.round(x[ints])))))
         if self.n_rows:
-            ax = self.matrix() @ x
-            worst = max(worst, float(np.max(np.concatenate([self.row_lo - ax, ax - self.row_hi]))))
+            A = self.matrix()
+            ax = A @ x
+            scale = np.maximum(1.0, abs(A) @ np.abs(x))
+            worst = max(worst, float(np.max(np.concatenate([(self.row_lo - ax) / scale, (ax - self.row_hi) / scale]))))
         return worst
+
+    def magnitude(self) -> float:
+        """The largest absolute coefficient, cost or finite bound of the model (0 when empty)."""
+        parts = [self.matrix().data, self.cost, self.lb, self.ub, self.row_lo, self.row_hi]
+        return max((float(np.max(np.abs(x[np.isfinite(x)]), initial=0.0)) for x in parts), default=0.0)
+
+    def check_range(self, scaled: bool = False) -> None:
+        """Refuse a model holding a number the solvers cannot take as finite (`LARGEST`): HiGHS
+        errors on such a matrix value, SCIP reads 1e20 as infinity, and both misreported
+        (infeasible, an error in the LP solver) well before that. A NaN refuses too. A model that
+        was ``scaled`` is refused too when a coefficient fell below `SMALLEST`, which HiGHS drops
+        (a stage relaxation then proved a bound above the optimum)."""
+        big = self.magnitude()
+        A = self.matrix()
+        small = float(np.min(np.abs(A.data), initial=np.inf))
+        if not big < LARGEST or (scaled and small < SMALLEST):
+            raise LimitError(f"the integer program's coefficients span {small:.3g} to {big:.3g}"
+                             f"{' after scaling' if scaled else ''}, past "
+                             f"what HiGHS and SCIP solve reliably ({SMALLEST:.0e} to {LARGEST:.0e}): the graph's "
+                             f"times or memory are too far apart for an integer-programming method")
+
+    def scaled(self) -> tuple[LinearModel, np.ndarray, float]:
+        """The model with rows, continuous columns and the objective scaled by powers of two,
+        when its `magnitude` passes `SCALE_ABOVE`: ``(model, column scales, objective scale)``,
+        a column value being its scale times the scaled model's value, the objective its scale
+        times the scaled one. Else ``(self, ones, 1.0)``.
+
+        Why: times of 1e9 (nanoseconds, say) put rows ``sum p x <= T`` far beyond the solvers'
+        absolute tolerances; HiGHS then called a split of twice the optimum optimal and a
+        feasible chain model infeasible. Each row is divided by its largest coefficient on an
+        integer column (the times), each continuous column (a load, a start time) multiplied
+        so that its largest coefficient is about 1, rows of continuous columns only are then
+        scaled alike, and the objective so that its largest cost is about 1."""
+        ones = np.ones(self.n_vars)
+        if not self.magnitude() > SCALE_ABOVE:
+            return self, ones, 1.0
+        A = self.matrix().tocsr()
+        ints = self.integer
+        r, c = np.ones(self.n_rows), np.ones(self.n_vars)
+        for _ in range(SCALE_PASSES):  # geometric scaling: each row, then each continuous column
+            S = abs(sp.diags(r) @ A @ sp.diags(c)).tocsr()
+            dr = _inverse_pow2(np.sqrt(S.max(axis=1).toarray().ravel() * _nonzero_min(S)))
+            S = abs(sp.diags(r * dr) @ A @ sp.diags(c)).tocsc()
+            dc = np.where(ints, 1.0, _inverse_pow2(np.sqrt(S.max(axis=0).toarray().ravel() * _nonzero_min(S.T))))
+            r, c = r * dr, c * dc
+            if np.all(dr == 1.0) and np.all(dc == 1.0):
+                break
+        r = r * _inverse_pow2(abs(sp.diags(r) @ A @ sp.diags(c)).max(axis=1).toarray().ravel())  # row tops at 1
+        A = (sp.diags(r) @ A @ sp.diags(c)).tocoo()
+        cost = self.cost * c
+        o = float(_inverse_pow2(np.max(np.abs(cost), initial=0.0)))
+        out = LinearModel()
+        out.add_vars(self.n_vars, lb=self.lb / c, ub=self.ub / c, cost=cost * o)
+        out._int = [ints.copy()]
+        out._append(A.row.astype(np.int64), A.col.astype(np.int64), A.data, self.row_lo * r, self.row_hi * r)
+        return out, c, 1.0 / o
 
     def highs(self, gap: float = 0.0, threads: int = 1, seed: int = 0, verbose: bool = False):
         """A `highspy.Highs` instance holding the model, for `run_highs` (and re-solves)."""
         import highspy
 
+        self.check_range()
         h = highspy.Highs()
         h.setOptionValue("output_flag", bool(verbose))
         h.setOptionValue("threads", max(1, int(threads)))
@@ -252,7 +324,19 @@ def solve(model: LinearModel, solver: str = "scip", time_limit: float | None = N
         raise UsageError(f"time limit must be positive, got {time_limit}")
     if gap < 0:
         raise UsageError(f"gap must be non-negative, got {gap}")
-    start_vec = None if start is None else np.asarray(start, float)
+    scaled, col_scale, obj_scale = model.scaled()
+    scaled.check_range(scaled is not model)
+    start_vec = None if start is None else np.asarray(start, float) / col_scale
+    out = _solve(scaled, name, time_limit, gap, seed, threads, start_vec, verbose)
+    if scaled is not model:  # back to the model's own units
+        out.values = None if out.values is None else out.values * col_scale
+        out.objective = None if out.objective is None else out.objective * obj_scale
+        out.bound = None if out.bound is None else out.bound * obj_scale
+    return out
+
+
+def _solve(model: LinearModel, name: str, time_limit: float | None, gap: float, seed: int, threads: int,
+           start_vec: np.ndarray | None, verbose: bool) -> Solution:
     if name == "highs":
         t0 = time.perf_counter()
         if time_limit is not None and len(model.cost) and model.matrix().nnz >= ISOLATE_NNZ:
@@ -548,6 +632,24 @@ def _scip_ticker(bar: Progress):
             bar.note(_bounds_text(m.getPrimalbound(), m.getDualbound()))
 
     return Ticker()
+
+
+def _nonzero_min(S: sp.spmatrix) -> np.ndarray:
+    """The smallest stored entry of each row of a non-negative sparse matrix (inf for an empty row)."""
+    S = sp.csr_matrix(S)
+    out = np.full(S.shape[0], np.inf)
+    counts = np.diff(S.indptr)
+    if S.nnz:
+        out[counts > 0] = np.minimum.reduceat(S.data, S.indptr[:-1][counts > 0])
+    return out
+
+
+def _inverse_pow2(top: np.ndarray) -> np.ndarray:
+    """The powers of two nearest ``1 / top`` (exact to scale by); 1 where ``top`` is 0 (an empty
+    row or column) or not finite."""
+    top = np.asarray(top, dtype=float)
+    ok = np.isfinite(top) & (top > 0)
+    return np.where(ok, np.exp2(-np.round(np.log2(np.where(ok, top, 1.0)))), 1.0)
 
 
 def _finite(x: float) -> float | None:
