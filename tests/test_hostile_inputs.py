@@ -171,6 +171,18 @@ def test_totals_in_the_float_range_but_past_the_headroom_are_refused(capsys, tmp
     assert code == 0 and json.loads(out)["total_cpu_work"] >= 1e299
 
 
+@pytest.mark.parametrize("method", ["kl", "local-search"])
+def test_loads_whose_squares_overflow_are_searched(capsys, tmp_path, method):
+    """Times of 1e200 load (under the 1e300 headroom), but the search's squared-load tie-break
+    raised OverflowError (a traceback); it now squares loads in a power-of-two unit."""
+    nodes = [{"id": f"n{i}", "p_acc": (1 + i % 3) * 1e200, "p_cpu": 1e201} for i in range(8)]
+    p = write(tmp_path, native(nodes, [[f"n{i}", f"n{i + 1}"] for i in range(7)]))
+    code, out, err = run(capsys, "partition", p, "-k", "3", "--method", method, "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["status"] in ("feasible", "optimal") and 5e200 <= ans["objective"] <= 15e200  # optimum 6e200, total 15e200
+
+
 def test_non_utf8_is_refused(capsys, tmp_path):
     p = tmp_path / "latin1.json"
     p.write_bytes(b'{"format": "devplace-graph", "version": 1, "name": "caf\xe9", "nodes": [], "edges": []}')

@@ -65,21 +65,29 @@ _GAIN = 1e-6
 #: Seconds a search may take when the caller gives no limit (a compiler cannot wait).
 DEFAULT_TIME_LIMIT = 5.0
 _NEAR = 0.95
+#: Loads past this are divided by a power of two before squaring (`_unit`): their squares would
+#: overflow (a graph's times may reach 1e300); a power of two keeps every comparison as it was.
+_SQUARE_SAFE = 1e100
 
 
-def _keys(loads: np.ndarray, memory: np.ndarray, cap: float, k: int) -> np.ndarray:
+def _unit(total: float) -> float:
+    """1, or the power of two nearest ``total`` when squares of loads that large would overflow."""
+    return float(np.exp2(np.round(np.log2(total)))) if math.isfinite(total) and total > _SQUARE_SAFE else 1.0
+
+
+def _keys(loads: np.ndarray, memory: np.ndarray, cap: float, k: int, unit: float = 1.0) -> np.ndarray:
     """Search keys of candidate placements (rows of ``loads`` and ``memory``), shape (rows, 3).
 
     Within the caps: (0, max load, sum of squared loads). Over a cap: (total overflow, sum of
     squared accelerator memory, max load), so that memory can cascade towards a CPU core even
     when the core is the bottleneck; reaching the caps lowers the first entry, so the order
-    stays strict and the search cannot cycle.
+    stays strict and the search cannot cycle. The squared loads are in ``unit`` (`_unit`).
     """
     loads, memory = np.atleast_2d(loads), np.atleast_2d(memory)
     acc = memory[:, :k]
     over = np.maximum(0.0, acc - cap).sum(axis=1) if math.isfinite(cap) else np.zeros(len(loads))
     finite = np.where(np.isfinite(loads), loads, 0.0)
-    peak, spread = loads.max(axis=1), (finite ** 2).sum(axis=1)
+    peak, spread = loads.max(axis=1), ((finite / unit) ** 2).sum(axis=1)
     # pressure of the accelerators near their cap: zero below _NEAR of it, so that making room
     # moves only what must move (and a core is not handed memory that fits elsewhere)
     mem_spread = (np.maximum(0.0, acc / cap - _NEAR) ** 2).sum(axis=1) if math.isfinite(cap) else np.zeros(len(loads))
@@ -88,8 +96,8 @@ def _keys(loads: np.ndarray, memory: np.ndarray, cap: float, k: int) -> np.ndarr
     return np.stack([over, np.where(repair, mem_spread, peak), np.where(repair, peak, spread)], axis=1)
 
 
-def _key(loads: np.ndarray, memory: np.ndarray, cap: float, k: int) -> tuple[float, float, float]:
-    return tuple(float(x) for x in _keys(loads, memory, cap, k)[0])
+def _key(loads: np.ndarray, memory: np.ndarray, cap: float, k: int, unit: float = 1.0) -> tuple[float, float, float]:
+    return tuple(float(x) for x in _keys(loads, memory, cap, k, unit)[0])
 
 
 def _better(new: tuple[float, float, float], old: tuple[float, float, float]) -> bool:
@@ -111,6 +119,7 @@ class _Search:
         self.st = LoadState(graph, cluster, blocks, labels)
         self.pinned = pinned_device(graph, cluster, blocks) >= 0
         self.cap = cluster.memory
+        self.unit = _unit(float(np.sum(self.st.loads[np.isfinite(self.st.loads)])))
         self.members: list[set[int]] = [set() for _ in range(cluster.size)]
         for x, d in enumerate(self.st.block_device.tolist()):
             self.members[d].add(x)
@@ -124,13 +133,13 @@ class _Search:
 
     # -- bookkeeping -------------------------------------------------------------------
     def current_key(self) -> tuple[float, float, float]:
-        return _key(self.st.loads, self.st.memory, self.cap, self.c.k)
+        return _key(self.st.loads, self.st.memory, self.cap, self.c.k, self.unit)
 
     def _sums(self) -> None:
         """The sums `key_after` updates, for the current placement (after every move)."""
         st = self.st
         finite = np.where(np.isfinite(st.loads), st.loads, 0.0)
-        self.spread = float(finite @ finite)
+        self.spread = float((finite / self.unit) @ (finite / self.unit))
         acc = st.memory[: self.c.k]
         if math.isfinite(self.cap):
             self.over = float(np.maximum(0.0, acc - self.cap).sum())
@@ -144,7 +153,7 @@ class _Search:
         loads = st.loads
         others = max((float(v) for d, v in enumerate(loads) if d != s and d != t), default=0.0)
         peak = max(others, new_s, new_t)
-        fin = lambda v: v if math.isfinite(v) else 0.0  # noqa: E731
+        fin = lambda v: v / self.unit if math.isfinite(v) else 0.0  # noqa: E731
         spread = self.spread - fin(loads[s]) ** 2 - fin(loads[t]) ** 2 + fin(new_s) ** 2 + fin(new_t) ** 2
         if not math.isfinite(self.cap):
             return 0.0, peak, spread
@@ -298,7 +307,7 @@ class _Search:
         memory = np.repeat(st.memory[None, :], G + 1, axis=0)
         loads[:, left], loads[:, right] = ls, lt
         memory[:, left], memory[:, right] = mem, mem[-1] - mem
-        keys = _keys(loads, memory, self.cap, self.c.k)
+        keys = _keys(loads, memory, self.cap, self.c.k, self.unit)
         # among cuts of equal standing, the one that balances the pair best
         i = int(np.lexsort((keys[:, 2], np.maximum(ls, lt), keys[:, 1], keys[:, 0]))[0])
         new = tuple(float(x) for x in keys[i])
