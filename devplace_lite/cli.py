@@ -166,10 +166,12 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
     out = res.to_json()
     if emit(out, args):
         return 0
-    print(f"{res.method}: objective {_fmt(res.objective)}  status {res.status}  bound {_fmt(res.bound)}  "
+    print(f"{res.method}: objective {_fmt(out['objective'])}  status {res.status}  bound {_fmt(res.bound)}  "
           f"gap {_fmt(res.gap)}  {res.seconds:.3f}s  split {out.get('split', '-')}")
     for d, x in out.get("loads", {}).items():
         print(f"  {d:6s} {x:.6g}")
+    if out.get("reason"):
+        print(f"  infeasible: {out['reason']}")
     _say(note)
     return 0
 

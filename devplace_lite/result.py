@@ -111,7 +111,9 @@ class Result:
             "accelerators": self.cluster.k,
             "cpus": self.cluster.l,
             "memory": self.cluster.memory if math.isfinite(self.cluster.memory) else None,
-            "objective": self.objective,
+            # infeasible is a proof that nothing fits: a placement a heuristic tried breaks a cap and
+            # has no objective to state (dp and the IPs answer null); the reason says which node
+            "objective": None if self.status == "infeasible" else self.objective,
             "status": self.status,
             "bound": self.bound,
             "gap": self.gap,
@@ -122,5 +124,8 @@ class Result:
             out["split"] = ev.split
             out["loads"] = {d: float(x) for d, x in zip(ev.devices, ev.loads)}
         out.update(self.extra)
+        why = unplaceable(self.graph, self.cluster) if self.status == "infeasible" and "reason" not in out else None
+        if why:
+            out["reason"] = why
         out["placement"] = self.placement
         return out

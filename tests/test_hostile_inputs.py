@@ -685,3 +685,17 @@ def test_a_bound_method_that_stops_just_past_its_limit_keeps_its_answer(capsys, 
     code, out, _ = run(capsys, "bound", graph, "--method", "exact-mip", "-k", "2", "--time-limit", "3", "--json")
     answer = json.loads(out)
     assert code == 0 and (answer["status"], answer["method"], answer["bound"]) == ("time_limit", "exact-mip", 0.75)
+
+
+@pytest.mark.parametrize("method", ["greedy", "kl", "time", "dp", "ip"])
+def test_a_proven_infeasible_answer_states_no_objective_and_says_why(capsys, tmp_path, method):
+    """A heuristic's infeasible answer printed the max load of a placement that breaks the cap
+    ('objective 6.29, status infeasible'); dp and ip printed null. Every method now answers null
+    and the reason names the node that fits nowhere."""
+    p = tmp_path / "g.json"
+    save_graph(generate("layered", 12, seed=0), p)
+    code, out, err = run(capsys, "partition", p, "-k", "3", "--memory", "1", "--method", method, "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["status"] == "infeasible" and ans["objective"] is None and ans["gap"] is None
+    assert ans["reason"].startswith("node ") and "fits on no device" in ans["reason"]

@@ -105,7 +105,7 @@ def _times_scaled(tmp_path, factor: float, every: int = 1):
 
 
 @pytest.mark.parametrize("solver", S.SOLVERS)
-@pytest.mark.parametrize("factor", [1e9, 1e13, 1e300])
+@pytest.mark.parametrize("factor", [1e9, 1e13, 1e290])  # the loader refuses totals past 1e300
 def test_times_in_any_unit_give_the_same_split(tmp_path, solver, factor):
     """Times of 1e9 made HiGHS call a split of 70x the optimum optimal, SCIP one of 22x; from
     1e15 on both errored. The model is rescaled, so the optimum scales with the times."""
