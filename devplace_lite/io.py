@@ -127,8 +127,9 @@ def detect_format(obj: Any) -> str:
         if obj.get("format") == FORMAT_NAME:
             return "native"
         nodes = obj.get("nodes")
-        if isinstance(nodes, list) and ("maxFPGAs" in obj or "edges" in obj and any(
-                isinstance(v, dict) and "fpgaLatency" in v for v in nodes[:1])):
+        # an empty graph written as msr ({"nodes": [], "edges": []}) has no node to tell by
+        if isinstance(nodes, list) and ("maxFPGAs" in obj or "edges" in obj and (not nodes and "format" not in obj or any(
+                isinstance(v, dict) and "fpgaLatency" in v for v in nodes[:1]))):
             return "msr"
     raise GraphError("unrecognised graph format: expected a devplace-graph file or the authors' msr JSON")
 

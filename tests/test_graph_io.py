@@ -87,6 +87,16 @@ def test_native_and_msr_round_trips_keep_loads(family, training, tmp_path):
         np.testing.assert_array_equal(evaluate(g2, c, a).loads, evaluate(g, c, a).loads)
 
 
+def test_empty_graph_round_trips_through_msr(tmp_path):
+    """An empty graph saved as msr is {"nodes": [], "edges": []}: no node says which format it
+    is, and the reader refused the file the writer had just written."""
+    save_graph(Graph([], []), tmp_path / "e.json", to="msr")
+    assert load_graph(tmp_path / "e.json").n == 0
+    (tmp_path / "f.json").write_text('{"format": "other", "nodes": [], "edges": []}')
+    with pytest.raises(GraphError, match="unrecognised graph format"):
+        load_graph(tmp_path / "f.json")
+
+
 def test_networkx_round_trip():
     g = with_backward(generate("skip_chain", 10, seed=2))
     g2 = Graph.from_networkx(g.to_networkx())
