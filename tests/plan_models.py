@@ -55,3 +55,14 @@ class Unequal(nn.Module):
 def unequal(batch: int = 8, seed: int = 0):
     torch.manual_seed(seed)
     return Unequal().eval(), (torch.randn(batch, 16, generator=torch.Generator().manual_seed(seed)),)
+
+
+def exits():
+    """A spec whose function ends the program (test_plan's bad-spec cases)."""
+    raise SystemExit(0)
+
+
+def chatty():
+    """A spec whose function prints, then returns no model (test_plan's stdout case)."""
+    print("building")
+    return "not a model"

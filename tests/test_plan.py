@@ -193,7 +193,13 @@ def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_p
 
 # -- the command line ---------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, words", [
-    (["os:getcwd", "-k", "2"], "returned str, not (model, example inputs)"),
+    (["platform:system", "-k", "2"], "platform.system() returned str, not (model, example inputs)"),
+    # builtins are refused before they run: os.fork forked, os.abort dumped core, input waited on stdin
+    (["os:getcwd", "-k", "2"], "os.getcwd is a builtin_function_or_method, not a Python function"),
+    (["builtins:input", "-k", "2"], "builtins.input is a builtin_function_or_method, not a Python function"),
+    (["builtins:exit", "-k", "2"], "builtins.exit is a Quitter, not a Python function"),
+    # a Python function that exits: SystemExit ended devplace with status 0 and no answer
+    (["plan_models:exits", "-k", "2"], "plan_models.exits() failed (SystemExit: 0)"),
     (["nosuchmodule:f", "-k", "2"], "cannot import nosuchmodule"),
     (["gpt", "-k", "0"], "-k/--stages: expected an integer in [1, 1024]"),
     (["gpt", "-k", "2", "--memory", "nan"], "--memory: expected a finite number > 0"),
@@ -230,8 +236,16 @@ def test_out_that_is_empty_or_holds_a_fifo_is_refused_before_profiling(capsys, t
 
 
 def test_pipeline_command_refuses_a_spec_that_gives_no_model(capsys):
-    code, out, err = _cli(capsys, "pipeline", "stages", "--model", "os:getcwd", "--method", "dp", "-k", "1")
-    assert code == 2 and err.count("\n") == 1 and "os.getcwd() returned str" in err
+    code, out, err = _cli(capsys, "pipeline", "stages", "--model", "platform:system", "--method", "dp", "-k", "1")
+    assert code == 2 and err.count("\n") == 1 and "platform.system() returned str" in err
+
+
+def test_what_a_model_function_prints_stays_off_stdout(capsys):
+    """stdout carries --json: a builder's own print went there before the answer or the error."""
+    code, out, err = _cli(capsys, "pipeline", "stages", "--model", "plan_models:chatty", "--method", "dp", "-k", "1")
+    assert code == 2 and out == "" and err == ("building\ndevplace: error: model spec plan_models:chatty: "
+                                               "plan_models.chatty() returned str, not (model, example inputs): the "
+                                               "function must return an nn.Module and a tensor or a tuple of tensors\n")
 
 
 def test_cli_plan_of_a_zoo_model_writes_plan_graph_and_script(tmp_path, capsys):

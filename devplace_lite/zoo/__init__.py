@@ -27,6 +27,7 @@ Example
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,7 +118,7 @@ def load(spec: str, *, size: str = "tiny", batch: int = 4, seed: int = 0) -> tup
     >>> load("os:getcwd")
     Traceback (most recent call last):
     ...
-    devplace_lite.errors.UsageError: model spec os:getcwd: os.getcwd() returned str, not (model, example inputs): the function must return an nn.Module and a tensor or a tuple of tensors
+    devplace_lite.errors.UsageError: model spec os:getcwd: os.getcwd is a builtin_function_or_method, not a Python function (def) returning (model, example inputs)
     """
     from ..errors import UsageError
 
@@ -137,16 +138,21 @@ def load(spec: str, *, size: str = "tiny", batch: int = 4, seed: int = 0) -> tup
     fn = getattr(mod, name, None)
     if not callable(fn):
         raise UsageError(f"model spec {spec}: {module} has no function {name}")
+    import contextlib
     import inspect
 
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}
+    # a builder is a Python function: a builtin (os.fork, os.abort, input, exit) never returns a
+    # model, and calling one would fork, crash or wait on stdin before the spec could be refused
+    if not inspect.isfunction(fn):
+        raise UsageError(f"model spec {spec}: {module}.{name} is a {type(fn).__name__}, not a Python function "
+                         "(def) returning (model, example inputs)")
+    params = inspect.signature(fn).parameters
     kwargs = {k: v for k, v in (("batch", batch), ("seed", seed)) if k in params}
     try:
-        got = fn(**kwargs)
-    except Exception as e:  # noqa: BLE001 - the user's function failed: its message, one line
+        # what the builder prints is not the command's answer: stdout carries --json
+        with contextlib.redirect_stdout(sys.stderr):
+            got = fn(**kwargs)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's function failed or exited: one line
         raise UsageError(f"model spec {spec}: {module}.{name}() failed ({type(e).__name__}: {e})".splitlines()[0]) from None
     import torch
 
