@@ -220,9 +220,18 @@ def _cli(capsys, *argv):
 
 
 def test_cli_refuses_more_stages_than_cores(capsys):
-    code, out, err = _cli(capsys, "pipeline", "run", "--model", "gnmt", "--method", "time", "-k", 100_000)
+    code, out, err = _cli(capsys, "pipeline", "run", "--model", "gnmt", "--method", "time", "-k", 1024)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "CPU cores" in err
+
+
+@pytest.mark.parametrize("action", ["run", "stages"])
+def test_cli_stage_count_is_bounded_like_plans(capsys, action):
+    """``stages -k 10**12`` sized arrays by it and answered 'out of memory'."""
+    code, out, err = _cli(capsys, "pipeline", action, "--model", "gnmt", "--method", "time", "-k", 10**12)
+    assert (code, out) == (2, "")
+    assert err == f"devplace: error: devplace pipeline {action}: argument -k/--stages: expected an integer in " \
+                  "[1, 1024], got '1000000000000'\n"
 
 
 def test_cli_refuses_a_stage_over_its_memory_cap(capsys):

@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         how.add_argument("--method", help="a partitioning method (see devplace partition)")
         how.add_argument("--placement", help="a placement file (devplace partition --out) of --graph")
         p.add_argument("--graph", help="the profiled graph the placement refers to (default: profile now)")
-        p.add_argument("-k", "--stages", type=options.POSITIVE, default=2, help="devices, one stage each (default 2)")
+        # one process per stage (run), one array slot per device: bounded like plan's -k
+        p.add_argument("-k", "--stages", type=options.WORKERS, default=2, help="devices, one stage each, 1..1024 (default 2)")
         p.add_argument("--microbatches", type=options.SIZE, default=4, help="micro-batches per step (default 4)")
         p.add_argument("--batch", type=options.SIZE, help="samples per step (default 4 per micro-batch)")
         p.add_argument("--training", action="store_true", help="forward, loss (MSE to a random target) and backward")
