@@ -60,16 +60,31 @@ class _NotJson(ValueError):
     """A literal Python's parser takes but JSON does not (NaN, Infinity)."""
 
 
+class _DuplicateKey(ValueError):
+    """An object naming a key twice (valid JSON, but ambiguous)."""
+
+
 def _refuse_constant(literal: str) -> None:
     raise _NotJson(f"{literal} is not a JSON number")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all distinct (Python's parser keeps the last of two silently:
+    ``{"id": "a", "id": "b"}`` would be node b)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _DuplicateKey(f"the key {json.dumps(dup)} appears twice in one object: which one is meant?")
+    return obj
 
 
 def read_json(path: str | os.PathLike) -> Any:
     """Parse a JSON file; any failure becomes one line naming the file.
 
     Only a regular file of at most `MAX_INPUT_BYTES` is read (`devplace_lite.files.read_input`);
-    the text must be UTF-8; ``NaN`` and ``Infinity`` (which Python's parser would take), integers
-    of more digits than Python converts and nesting deeper than the parser's recursion limit are
+    the text must be UTF-8; a key given twice in one object (Python's parser would keep the last),
+    ``NaN`` and ``Infinity`` (which it would take), integers of more digits than Python converts and nesting deeper than the parser's recursion limit are
     refused. A number too large for a float (``1e309``) reads as infinity, which every numeric
     field then refuses.
 
@@ -85,7 +100,7 @@ def read_json(path: str | os.PathLike) -> Any:
     except UnicodeDecodeError as e:
         raise GraphError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         raise GraphError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except RecursionError:
@@ -93,6 +108,8 @@ def read_json(path: str | os.PathLike) -> Any:
                          f"(about {sys.getrecursionlimit()} levels)") from None
     except _NotJson as e:
         raise GraphError(f"{path}: not valid JSON ({e})") from None
+    except _DuplicateKey as e:
+        raise GraphError(f"{path}: {e}") from None
     except ValueError:  # the parser's int() refused a number of too many digits
         raise GraphError(f"{path}: not valid JSON (an integer of more than "
                          f"{sys.get_int_max_str_digits()} digits)") from None

@@ -183,6 +183,15 @@ def test_loads_whose_squares_overflow_are_searched(capsys, tmp_path, method):
     assert ans["status"] in ("feasible", "optimal") and 5e200 <= ans["objective"] <= 15e200  # optimum 6e200, total 15e200
 
 
+@pytest.mark.parametrize("text,key", [
+    ('{"format": "devplace-graph", "version": 1, "nodes": [{"id": "a", "id": "b", "p_acc": 1}], "edges": []}', '"id"'),
+    ('{"format": "devplace-graph", "version": 1, "nodes": [{"id": "a", "p_acc": 1}], "edges": [], '
+     '"defaults": {"memory": 1, "memory": 2}}', '"memory"')])
+def test_a_key_twice_in_one_object_is_refused(capsys, tmp_path, text, key):
+    """Python's parser kept the last of two keys: {"id": "a", "id": "b"} was node b, silently."""
+    refused(capsys, f"g.json: the key {key} appears twice in one object", "info", write(tmp_path, text))
+
+
 def test_non_utf8_is_refused(capsys, tmp_path):
     p = tmp_path / "latin1.json"
     p.write_bytes(b'{"format": "devplace-graph", "version": 1, "name": "caf\xe9", "nodes": [], "edges": []}')
