@@ -190,6 +190,11 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
         raise OSError(e.errno, f"cannot write: {e.strerror}", str(path)) from None
 
 
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """`write_atomic` of ``text`` as UTF-8 (a grade sheet, a generated script)."""
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+
+
 def _replace(target: Path, write: Callable[[BinaryIO], None]) -> None:
     try:
         old = os.stat(target)

@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..exercises.course import Course, load_course
     from ..exercises.grading import (Plan, csv_text, discover, flags, grade_folder, header, resolve_seed, table,
-                                     write_results, write_text)
+                                     write_results)
+    from ..files import write_text_atomic
 
     course = load_course(args.course) if args.course else Course()
     chosen = _select(args, course)
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                 limits=course.limits, course=course, unsafe=args.unsafe_no_sandbox)
     subs = grade_folder(Path(args.submissions), plan, jobs=args.jobs)
     if args.csv:
-        write_text(Path(args.csv), csv_text(subs, plan))
+        write_text_atomic(args.csv, csv_text(subs, plan))
     if args.results_json and subs:
         write_results(subs, plan, args.results_json)  # as spelled: a trailing / asks for a folder
     if args.json:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DevplaceError, UsageError
-from ..files import read_input, write_atomic
+from ..files import read_input, write_text_atomic
 from . import answers
 from .core import NOT_ATTEMPTED, Case, Exercise, Outcome, assess
 from .course import Course
@@ -388,12 +388,6 @@ def gradescope_results(sub: Submission, plan: Plan) -> dict[str, Any]:
     return {"score": sub.total, "output": "\n".join(sub.notes), "tests": tests}
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` as every command writes its outputs (`devplace_lite.files.write_atomic`:
-    whole or not at all, never over a device or a FIFO, keeping a replaced file's mode)."""
-    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
-
-
 def results_paths(names: list[str], path: str | os.PathLike) -> list[Path]:
     """Where `write_results` writes Gradescope's ``results.json`` for the submissions ``names``:
     ``path`` itself for one submission (unless it is a folder or is spelled with a trailing
@@ -430,7 +424,7 @@ def write_results(subs: list[Submission], plan: Plan, path: str | os.PathLike) -
     if targets != [Path(path)]:
         Path(path).mkdir(parents=True, exist_ok=True)
     for s, target in zip(subs, targets):
-        write_text(target, json.dumps(gradescope_results(s, plan), indent=1) + "\n")
+        write_text_atomic(target, json.dumps(gradescope_results(s, plan), indent=1) + "\n")
     return targets
 
 

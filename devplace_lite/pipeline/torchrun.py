@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import GraphError, UsageError
-from ..files import write_atomic
+from ..files import write_text_atomic
 from .resources import free_port
 
 
@@ -103,7 +103,7 @@ def write_script(path: str | Path, plan: Any) -> None:
     text = _SCRIPT.format(model=plan.model_spec or plan.graph.meta.get("model"), stages=plan.num_stages,
                           method=plan.method, gap=gap, microbatches=plan.microbatches, spec=spec, tied=tied,
                           schedule_class={"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}[plan.schedule])
-    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+    write_text_atomic(path, text)
 
 
 # -- one rank ----------------------------------------------------------------------------------
