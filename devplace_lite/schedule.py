@@ -66,3 +66,16 @@ def gpipe_formula(stage_times: Sequence[float], microbatches: int) -> float:
 def bubble_fraction(stages: int, microbatches: int) -> float:
     """Idle share ``(p - 1) / (m + p - 1)`` of a GPipe step with equal stages."""
     return (stages - 1) / (microbatches + stages - 1)
+
+
+def interleaved_formula(stage_time: float, ranks: int, per_rank: int, microbatches: int) -> float:
+    """Step time ``(m v + p - 1) t`` of a looped schedule (interleaved 1F1B, looped BFS) whose
+    ``p v`` stages each take ``t`` (forward + backward) per micro-batch; ``v = 1`` is GPipe's
+    and 1F1B's ``(m + p - 1) t``. Exact for ``m >= p`` (`devplace_lite.schedule_sim` replays it).
+
+    Example
+    -------
+    >>> interleaved_formula(3.0, ranks=2, per_rank=2, microbatches=4)
+    27.0
+    """
+    return float((microbatches * per_rank + ranks - 1) * stage_time)
