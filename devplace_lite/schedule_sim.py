@@ -267,10 +267,12 @@ class Simulation:
     rank_idle_ms: list[float]
     rank_peak_bytes: list[float]
     events: list[tuple[int, Action, float, float]] = field(default_factory=list)
+    #: Most micro-batches whose activations each stage holds at once.
+    stage_in_flight: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"step_ms": self.step_ms, "rank_busy_ms": self.rank_busy_ms, "rank_idle_ms": self.rank_idle_ms,
-                "rank_peak_bytes": self.rank_peak_bytes}
+                "rank_peak_bytes": self.rank_peak_bytes, "stage_in_flight": self.stage_in_flight}
 
 
 def _durations(times: Mapping[str, Sequence[float]], n: int, split: bool) -> dict[str, list[float]]:
@@ -390,14 +392,16 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
             stuck = {r: str(order[r][pos[r]]) for r in ranks if pos[r] < len(order[r])}
             raise UsageError(f"the action order deadlocks: every rank waits ({stuck})")
     step = max((e for *_, e in events), default=0.0)
-    peaks = _peaks(events, stage_rank, ranks, kinds, static_bytes, activation_bytes)
+    peaks, flying = _peaks(events, stage_rank, ranks, kinds, static_bytes, activation_bytes)
     events.sort(key=lambda ev: (ev[2], ev[0]))
     return Simulation(step_ms=step, rank_busy_ms=[busy[r] for r in ranks],
-                      rank_idle_ms=[step - busy[r] for r in ranks], rank_peak_bytes=peaks, events=events)
+                      rank_idle_ms=[step - busy[r] for r in ranks], rank_peak_bytes=peaks, events=events,
+                      stage_in_flight=flying)
 
 
 def _peaks(events: list, stage_rank: Sequence[int], ranks: list[int], kinds: set[str],
-           static_bytes: Sequence[float] | None, activation_bytes: Sequence[float] | None) -> list[float]:
+           static_bytes: Sequence[float] | None, activation_bytes: Sequence[float] | None
+           ) -> tuple[list[float], list[int]]:
     n = len(stage_rank)
     static = [0.0] * n if static_bytes is None else [float(x) for x in static_bytes]
     act = [0.0] * n if activation_bytes is None else [float(x) for x in activation_bytes]
@@ -405,24 +409,28 @@ def _peaks(events: list, stage_rank: Sequence[int], ranks: list[int], kinds: set
         raise UsageError(f"memory for {len(static)}/{len(act)} stage(s), the schedule has {n}")
     training = bool(kinds - {"F"})
     out = []
+    flying = [0] * n
     for r in ranks:
         base = sum(static[s] for s in range(n) if stage_rank[s] == r)
-        delta = []  # (time, order, bytes): a free at the same instant as an allocation goes first
+        delta = []  # (time, order, stage, +1/-1): a free at the same instant as an allocation goes first
         for rr, a, start, stop in events:
             if rr != r:
                 continue
             if a.kind == "F":
-                delta.append((start, 1, act[a.stage]))
+                delta.append((start, 1, a.stage, 1))
                 if not training:  # inference keeps one micro-batch's activations while it runs
-                    delta.append((stop, 0, -act[a.stage]))
+                    delta.append((stop, 0, a.stage, -1))
             elif a.kind in ("B", "W"):  # I keeps the graph for W
-                delta.append((stop, 0, -act[a.stage]))
+                delta.append((stop, 0, a.stage, -1))
         live = peak = 0.0
-        for _, _, b in sorted(delta):
-            live += b
+        count = [0] * n
+        for _, _, s, sign in sorted(delta):
+            live += sign * act[s]
+            count[s] += sign
+            flying[s] = max(flying[s], count[s])
             peak = max(peak, live)
         out.append(base + peak)
-    return out
+    return out, flying
 
 
 def simulate(schedule: str, ranks: int, microbatches: int, times: Mapping[str, Sequence[float]], *,

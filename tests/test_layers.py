@@ -29,7 +29,7 @@ LAYERS = [
      "latency", "latency_bounds", "latency_search", "sim", "rebalance", "rl",
      "methods"},                                         # the algorithms (and their registry)
     {"", "cli", "commands", "exercises", "pipeline", "profile", "zoo", "plot", "student",
-     "data_build", "schedule_sim"},                                      # what users and chapters call
+     "data_build", "schedule_sim", "schedule_search"},                                      # what users and chapters call
 ]
 
 

@@ -230,3 +230,12 @@ def test_gantt_draws_forecast_and_measured():
     measured = [(r, a, s * 1.1, e * 1.1) for r, a, s, e in sim.events]
     fig = plot_gantt(sim, measured)
     assert len(fig.axes) == 2 and all(len(ax.patches) == len(sim.events) for ax in fig.axes)
+
+
+def test_in_flight_counts_match_the_planners():
+    from devplace_lite.pipeline.planner import in_flight
+
+    for sched in ("gpipe", "1f1b"):
+        for p, m in ((2, 4), (3, 7), (4, 4)):
+            sim = simulate(sched, p, m, {"F": [1.0] * p, "B": [1.5] * p})
+            assert sim.stage_in_flight == [in_flight(sched, m, p, s, True) for s in range(p)]
