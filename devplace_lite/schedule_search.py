@@ -282,7 +282,7 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     def consider(cuts: list[int], p: int) -> None:
         nonlocal best, replays
         replays += 1
-        sim = evaluate(c, cuts, schedule, p, m, per_rank if v > 1 else None, training)
+        sim = evaluate(c, cuts, schedule, p, m, v, training)
         if memory is not None and max(sim.rank_peak_bytes) > memory:
             return
         key = (sim.step_ms, load_max(cuts))
@@ -296,7 +296,7 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     if total <= ENUMERATE:
         cand = []
         for p, s in counts:
-            maps = stage_to_rank(schedule, p, per_rank if v > 1 else None)
+            maps = stage_to_rank(schedule, p, v)
             for cuts in itertools.combinations(range(1, n), s - 1):
                 cand.append((sp.split_bound(cuts, maps, m), cuts, p))
         cand.sort(key=lambda x: x[0])

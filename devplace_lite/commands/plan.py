@@ -2,7 +2,7 @@
 
 ::
 
-    devplace plan MODEL -k K [--schedule 1f1b|gpipe] [--microbatches M] [--batch B] [--memory BYTES]
+    devplace plan MODEL -k K [--schedule S] [--stages-per-rank V] [--microbatches M] [--batch B] [--memory BYTES]
                   [--optimizer none|sgd|adam] [--inference] [--granularity block|layer] [--method auto|M]
                   [--time-limit S] [--out DIR] [--run [--nodes N] [--check]] [--calibrate] [--json]
 
@@ -14,6 +14,14 @@ with the exact DP (or a heuristic past its size), proves a lower bound and state
 computes every stage's peak memory under the schedule (refusing a plan over ``--memory``), and
 writes ``DIR/plan.json``, ``DIR/graph.json`` and ``DIR/run_pipeline.py`` (split points as
 ``SplitPoint.BEGINNING``; run it with ``torchrun --nproc-per-node P DIR/run_pipeline.py``).
+
+``--schedule`` names one of torch 2.13's schedules (``gpipe``, ``1f1b``, ``interleaved-1f1b``,
+``looped-bfs``, ``interleaved-zb``, ``zbv``, ``dualpipev``; ``--stages-per-rank`` for those that
+take several) or ``auto``. The forecast replays the schedule's own action order
+(`devplace_lite.schedule_sim`) and the split is the one whose replayed step is least
+(`devplace_lite.schedule_search`, proven where the splits can be enumerated, else its gap);
+``auto`` tries every schedule (and, with ``--microbatches auto``, every micro-batch count that
+divides the batch) and keeps the least forecast step within ``--memory``.
 
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast; ``--check``
@@ -39,13 +47,35 @@ from ..errors import UsageError
 from . import print_json
 
 HELP = "plan a model's pipeline (profile, exact split, bound, memory) and write a torchrun script"
+#: torch 2.13's schedules (`devplace_lite.schedule_sim.SCHEDULES`; listed here so --help needs no import).
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev")
+
+
+def _per_rank(text: str) -> int:
+    from ..schedule_sim import MAX_PER_RANK
+
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if not 1 <= v <= MAX_PER_RANK:
+        raise argparse.ArgumentTypeError(f"expected an integer in [1, {MAX_PER_RANK}], got {text!r}")
+    return v
+
+
+def _microbatches(text: str) -> int | str:
+    return "auto" if text == "auto" else options.SIZE(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="zoo name or module:function returning (model, example inputs of the batch)")
     parser.add_argument("-k", "--stages", type=options.WORKERS, required=True, help="devices (pipeline stages at most), >= 1")
-    parser.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="pipeline schedule (default 1f1b)")
-    parser.add_argument("--microbatches", type=options.SIZE, default=4, help="micro-batches per step, >= 1 (default 4)")
+    parser.add_argument("--schedule", choices=[*SCHEDULE_NAMES, "auto"], default="1f1b",
+                        help="torch's pipeline schedule, or auto: the least forecast step (default 1f1b)")
+    parser.add_argument("--stages-per-rank", type=_per_rank, default=None,
+                        help="stages on each rank for interleaved-1f1b, looped-bfs, interleaved-zb (default 2)")
+    parser.add_argument("--microbatches", type=_microbatches, default=4,
+                        help="micro-batches per step, >= 1, or auto with --schedule auto (default 4)")
     parser.add_argument("--batch", type=options.SIZE, help="samples per step, a multiple of --microbatches "
                                                   "(default: 2 per micro-batch; module:function without batch= keeps its own)")
     parser.add_argument("--size", choices=["tiny", "full"], default="tiny", help="zoo configuration (default tiny)")
@@ -74,7 +104,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _validate(args: argparse.Namespace) -> None:
     """What the option types cannot see alone: combinations."""
-    if args.batch is not None and args.batch % args.microbatches:
+    from ..schedule_sim import SCHEDULES, stages_per_rank
+
+    if args.microbatches == "auto" and args.schedule != "auto":
+        raise UsageError("--microbatches auto needs --schedule auto")
+    if args.stages_per_rank is not None:
+        if args.schedule == "auto":
+            raise UsageError("--stages-per-rank names one schedule's layout; with --schedule auto leave it out")
+        if SCHEDULES[args.schedule].fixed and args.stages_per_rank != SCHEDULES[args.schedule].per_rank:
+            stages_per_rank(args.schedule, args.stages_per_rank)  # the one-line refusal
+    if args.batch is not None and args.microbatches != "auto" and args.batch % args.microbatches:
         raise UsageError(f"--batch {args.batch} is not a multiple of --microbatches {args.microbatches}")
     if (args.check or args.nodes > 1) and not (args.run or args.calibrate):
         raise UsageError("--check and --nodes need --run (or --calibrate)")
@@ -93,6 +132,8 @@ def _validate(args: argparse.Namespace) -> None:
 def command_line(args: argparse.Namespace) -> str:
     words = ["devplace", "plan", args.model, "-k", str(args.stages), "--schedule", args.schedule,
              "--microbatches", str(args.microbatches)]
+    if args.stages_per_rank is not None:
+        words += ["--stages-per-rank", str(args.stages_per_rank)]
     for flag, value in (("--batch", args.batch), ("--memory", args.memory), ("--method", args.method)):
         if value is not None:
             words += [flag, str(value)]
@@ -104,20 +145,28 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
-    from ..pipeline.planner import calibrate, plan
+    from ..pipeline.planner import calibrate, plan, plan_auto
     from ..pipeline.torchrun import launch
     from ..zoo import load
 
-    batch = args.batch or 2 * args.microbatches
+    auto_m = args.microbatches == "auto"
+    batch = args.batch or 2 * (4 if auto_m else args.microbatches)
     model, inputs = load(args.model, size=args.size, batch=batch, seed=args.seed)
-    p = plan(model, inputs, k=args.stages, microbatches=args.microbatches, schedule=args.schedule,
-             training=not args.inference, memory=args.memory, optimizer=args.optimizer, method=args.method,
-             granularity=args.granularity, time_limit=args.time_limit, seed=args.seed, repeats=args.repeats,
-             model_spec=args.model, device=args.device)
+    common = dict(k=args.stages, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
+                  method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
+                  repeats=args.repeats, model_spec=args.model, device=args.device)
+    tried = None
+    if args.schedule == "auto":
+        p, tried = plan_auto(model, inputs, microbatches=None if auto_m else args.microbatches, **common)
+    else:
+        p = plan(model, inputs, microbatches=args.microbatches, schedule=args.schedule,
+                 per_rank=args.stages_per_rank, **common)
     paths = p.write(args.folder)
     answer: dict[str, Any] = {"command": command_line(args), **p.to_json(),
                               "files": {k: str(v) for k, v in paths.items()},
-                              "torchrun": f"torchrun --nproc-per-node {p.num_stages} {paths['script']}"}
+                              "torchrun": f"torchrun --nproc-per-node {p.ranks} {paths['script']}"}
+    if tried is not None:
+        answer["schedule_auto"] = tried
     if args.run:
         answer["run"] = launch(paths["plan"], nodes=args.nodes, steps=args.steps, check=args.check,
                                timeout=args.timeout, device=args.device)
@@ -137,8 +186,15 @@ def _print(a: dict[str, Any]) -> None:
           f"{a['method']} ({a['status']}), {a['schedule']} with {a['microbatches']} micro-batches of {a['microbatch']}")
     for note in a["notes"]:
         print(f"  note: {note}")
-    print(f"bottleneck {a['objective_ms']:.3f} ms per micro-batch, proven bound {a['bound_ms']:.3f} ms, gap {gap}")
-    fc = a["forecast"]
+    print(f"least bottleneck {a['objective_ms']:.3f} ms per micro-batch, proven bound {a['bound_ms']:.3f} ms, gap {gap}")
+    fc, ss = a["forecast"], a["schedule_search"]
+    if ss is not None:
+        sgap = "unknown" if ss["gap"] is None else f"{100 * ss['gap']:.1f} %"
+        print(f"{a['torch_schedule']} on {a['ranks']} rank(s) x {a['stages_per_rank']} stage(s), stage -> rank "
+              f"{a['stage_to_rank']}: forecast step {fc['step_ms']:.3f} ms ({ss['status']}, proven bound "
+              f"{ss['bound_ms']:.3f} ms, gap {sgap}; {ss['method']})")
+        print("  rank idle ms " + ", ".join(f"{x:.2f}" for x in fc["rank_idle_ms"]) + "; rank peak MiB "
+              + ", ".join(f"{x / 2**20:.2f}" for x in fc["rank_peak_bytes"]))
     for s, (segs, mem) in enumerate(zip(a["stage_segments"], a["stage_memory"])):
         begin = a["segment_names"][segs[0]]
         print(f"  stage {s}: begins at {begin:40s} {len(segs):3d} segment(s)  load {fc['load_ms'][s]:8.3f} ms  "
@@ -151,7 +207,8 @@ def _print(a: dict[str, Any]) -> None:
         r = a["run"]
         meas = ", ".join(f"{x:.2f}" for x in r["stage_cpu_ms"])
         print(f"torchrun ({r['nodes']} node(s), {r['backend']}): stage CPU ms per micro-batch {meas}; "
-              f"step {r['step_ms']:.1f} ms wall")
+              f"step {r['step_ms']:.1f} ms wall, {r['step_cpu_replay_ms'] or float('nan'):.2f} ms replayed from its "
+              "CPU times; peak MiB per rank " + ", ".join(f"{x / 2**20:.2f}" for x in r["peak_memory"]))
         if "check" in r:
             print(f"check: {r['check']}")
     if "calibration" in a:

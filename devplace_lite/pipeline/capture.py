@@ -501,6 +501,8 @@ class SegmentTimes:
     threads: int = 1
     input_bytes: list[int] = field(default_factory=list)
     device: str = "cpu"
+    #: The backward for the segment's inputs alone (zero-bubble schedules' ``I``; ``W`` is the rest).
+    backward_input_ms: list[float] = field(default_factory=list)
 
 
 def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
@@ -627,7 +629,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     n = cap.num_segments
-    fwd, bwd, acts = [0.0] * n, [0.0] * n, [0] * n
+    fwd, bwd, acts, bin_ = [0.0] * n, [0.0] * n, [0] * n, [0.0] * n
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
     try:
         for i, m, args, src in _run_in_order(cap, example):
@@ -637,13 +639,15 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             grads[i] = sum(p.numel() * p.element_size() for p in ps if p.requires_grad)
             inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
                           isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
-            f_ms, b_ms = [], []
+            f_ms, b_ms, i_ms = [], [], []
             for r in range(-1, warmup + repeats):  # run -1 counts saved tensors (hooks cost time): untimed
-                xs = _fresh([a.requires_grad_(training and a.is_floating_point())
-                             if isinstance(a, torch.Tensor) and not a.requires_grad and a.is_leaf else a
-                             for a in args], training)
                 out: list[Any] = []
                 with torch.set_grad_enabled(training):
+                    # grad mode set here: the no_grad of the generator above is still on, and under it the
+                    # fresh inputs came out not requiring grad, so the backward skipped the inputs' gradients
+                    xs = _fresh([a.requires_grad_(training and a.is_floating_point())
+                                 if isinstance(a, torch.Tensor) and not a.requires_grad and a.is_leaf else a
+                                 for a in args], training)
                     if r < 0:
                         meter = _Saved({id(p) for p in ps})
                         with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
@@ -657,6 +661,13 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                     ys = [y for y in tree_flatten(out[0])[0] if isinstance(y, torch.Tensor) and y.requires_grad]
                     if ys:
                         seeds = [torch.ones_like(y) for y in ys]
+                        # the inputs' gradients alone, on the same graph (kept for the full pass)
+                        need = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
+                        if need:
+                            t = clock(lambda: torch.autograd.grad(ys, need, seeds, retain_graph=True,
+                                                                  allow_unused=True))
+                            if r >= warmup:
+                                i_ms.append(t)
                         t = clock(lambda: torch.autograd.backward(ys, seeds))
                         if r >= warmup:
                             b_ms.append(t)
@@ -664,11 +675,12 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                         p.grad = None
             fwd[i] = min(f_ms)
             bwd[i] = min(b_ms) if b_ms else 0.0
+            bin_[i] = min(min(i_ms), bwd[i]) if i_ms else 0.0
     finally:
         torch.set_num_threads(before)
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
-                        input_bytes=[_bytes(x) for x in cap.example], device=device)
+                        input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_)
 
 
 def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES_PER_S,
@@ -726,7 +738,8 @@ def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES
         "spec": {"name": f"{times.device}-measured", "link": link},
         "segments": {"names": list(cap.names), "param_bytes": times.param_bytes, "grad_bytes": times.grad_bytes,
                      "activation_bytes": times.activation_bytes, "forward_ms": times.forward_ms,
-                     "backward_ms": times.backward_ms, "input_bytes": times.input_bytes},
+                     "backward_ms": times.backward_ms, "input_bytes": times.input_bytes,
+                     "backward_input_ms": times.backward_input_ms},
         "tied": {k: v for k, v in cap.tied.items()}, "leaf_modules": list(cap.leaf_modules),
     }
     kind = "training" if times.training else "inference"

@@ -61,9 +61,12 @@ from ..cost import as_assignment, chain_order, device_loads
 from ..devices import Cluster
 from ..errors import GraphError, UsageError
 from ..graph import Graph
-from ..schedule import gpipe_formula
+from ..schedule_search import SegmentCosts, SplitSearch, evaluate, search
+from ..schedule_sim import SCHEDULES as _SCHEDULES
+from ..schedule_sim import action_order, stage_to_rank, stages_per_rank
 
-SCHEDULES = ("gpipe", "1f1b")
+#: torch 2.13's schedules by their `--schedule` names (`devplace_lite.schedule_sim.SCHEDULES`).
+SCHEDULES = tuple(_SCHEDULES)
 #: Optimizer state per parameter byte: SGD with momentum keeps one buffer, Adam two.
 OPTIMIZERS = {"none": 0, "sgd": 1, "adam": 2}
 #: The exact DP is chosen when the chain graph has at most this many ideals.
@@ -107,10 +110,50 @@ def chain_graph(graph: Graph) -> Graph:
 
 
 def in_flight(schedule: str, microbatches: int, stages: int, stage: int, training: bool) -> int:
-    """Micro-batches whose activations stage ``stage`` holds at once under ``schedule``."""
+    """Micro-batches whose activations stage ``stage`` holds at once under GPipe or 1F1B (the
+    other schedules: `devplace_lite.schedule_sim`'s replay; GPipe's ``m`` bounds them all)."""
     if not training:
         return 1
-    return microbatches if schedule == "gpipe" else min(microbatches, stages - stage)
+    return min(microbatches, stages - stage) if schedule == "1f1b" else microbatches
+
+
+def segment_costs(graph: Graph, optimizer: str = "none") -> SegmentCosts:
+    """The segments' times, bytes and cut transfer times, as `devplace_lite.schedule_search` takes them.
+
+    ``I`` is the measured inputs-only backward (``W`` the rest of the backward); a graph measured
+    before that was kept splits the backward in halves and says so in ``graph.meta["notes"]``.
+    A cut after segment ``i`` moves every value made at or before ``i`` (model inputs included)
+    that a later segment reads, at the profile's link speed; the gradients of the floating-point
+    ones come back the same way.
+    """
+    seg = graph.meta["segments"]
+    names = seg["names"]
+    n = len(names)
+    training = bool(graph.is_training)
+    grads = [g if training else 0 for g in seg["grad_bytes"]]
+    static = [p + g * (1 + OPTIMIZERS[optimizer]) for p, g in zip(seg["param_bytes"], grads)]
+    bi = seg.get("backward_input_ms")
+    if training and not bi:
+        bi = [b / 2 for b in seg["backward_ms"]]
+        graph.meta.setdefault("notes", []).append("no inputs-only backward measured: I and W taken as half the "
+                                                  "backward each")
+    pos = {f"{i}:{nm}": i for i, nm in enumerate(names)}
+    last: dict[str, int] = {}
+    for u, v in graph.edges:
+        if u.endswith(".grad") or v.endswith(".grad") or v not in pos:
+            continue
+        last[u] = max(last.get(u, -1), pos[v])
+    comm = {v.id: float(v.comm) for v in graph.nodes}
+    cut = [0.0] * max(n - 1, 0)
+    back = [0.0] * max(n - 1, 0)
+    for u, far in last.items():
+        for c in range(max(pos.get(u, 0), 0), far):  # a model input sits on the first stage
+            cut[c] += comm[u]
+            if u in pos:
+                back[c] += comm[u]
+    return SegmentCosts(forward_ms=list(seg["forward_ms"]), backward_ms=list(seg["backward_ms"]) if training else
+                        [0.0] * n, input_ms=list(bi) if training else None, static_bytes=static,
+                        activation_bytes=list(seg["activation_bytes"]), cut_ms=cut, cut_back_ms=back)
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -145,6 +188,12 @@ class PipelinePlan:
     seed: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     capture: Any = None
+    #: Stages each rank holds (several for the interleaved and V schedules).
+    per_rank: int = 1
+    #: The schedule-aware split search that chose ``stage_of`` (`devplace_lite.schedule_search`).
+    search: SplitSearch | None = None
+    #: Ranks asked for (``-k``); a one-stage-per-rank schedule may use fewer.
+    k: int = 0
 
     # -- structure
     @property
@@ -158,6 +207,16 @@ class PipelinePlan:
     @property
     def num_stages(self) -> int:
         return max(self.stage_of) + 1
+
+    @property
+    def ranks(self) -> int:
+        """Pipeline ranks (torchrun processes): stages / stages per rank."""
+        return self.num_stages // self.per_rank
+
+    @property
+    def stage_ranks(self) -> list[int]:
+        """Rank of each stage, as torch's schedule class places them."""
+        return stage_to_rank(self.schedule, self.ranks, self.per_rank)
 
     @property
     def stage_segments(self) -> list[list[int]]:
@@ -204,32 +263,45 @@ class PipelinePlan:
         return [f + b for f, b in zip(self.forward_ms, self.backward_ms)]
 
     @property
+    def input_ms(self) -> list[float]:
+        """Backward for the stage's inputs alone (``I``); ``W`` is ``backward_ms - input_ms``."""
+        if not self.training:
+            return [0.0] * self.num_stages
+        return [min(i, b) for i, b in zip(self._sum(self.costs.input_ms or []), self.backward_ms)]
+
+    @property
     def load_ms(self) -> list[float]:
         """The cost model's load of each stage: compute plus transfers (over the profile's link)."""
-        a = self.result.assignment
-        compute, comm = device_loads(self.chain, self.cluster, a)
-        order = chain_order(self.chain, self.cluster, a)
-        return [float(compute[d] + comm[d]) for d in order]
+        compute, comm = device_loads(self.chain, self.cluster, stage_assignment(self, self.stage_of))
+        return [float(compute[s] + comm[s]) for s in range(self.num_stages)]
+
+    @property
+    def costs(self) -> SegmentCosts:
+        if getattr(self, "_costs", None) is None:
+            self._costs = segment_costs(self.graph, self.optimizer)
+        return self._costs
+
+    def simulation(self):
+        """The replay of the schedule on this split (`devplace_lite.schedule_sim.Simulation`)."""
+        cuts = [segs[0] for segs in self.stage_segments[1:]]
+        return evaluate(self.costs, cuts, self.schedule, self.ranks, self.microbatches, self.per_rank, self.training)
 
     def step_ms(self) -> float:
-        """The GPipe-formula step time from the stage loads (1F1B: forward and backward fused)."""
-        m = self.microbatches
-        if not self.training:
-            return gpipe_formula(self.forward_ms, m)
-        if self.schedule == "1f1b":
-            return gpipe_formula(self.load_ms, m)
-        return gpipe_formula(self.forward_ms, m) + gpipe_formula(self.backward_ms, m)
+        """The forecast step time: the replay of torch's action order for the schedule."""
+        return self.simulation().step_ms
 
     def stage_memory(self) -> list[dict[str, float]]:
-        """Peak bytes of each stage under the schedule, by part (see the module docstring)."""
+        """Peak bytes of each stage under the schedule, by part (see the module docstring); the
+        micro-batches in flight are the replay's."""
         seg = self.graph.meta["segments"]
         params, grads = self._sum(seg["param_bytes"]), self._sum(seg["grad_bytes"])
         acts = self._sum(seg["activation_bytes"])
-        p, out = self.num_stages, []
-        for s in range(p):
+        flying = self.simulation().stage_in_flight
+        out = []
+        for s in range(self.num_stages):
             g = grads[s] if self.training else 0.0
             opt = OPTIMIZERS[self.optimizer] * g
-            n = in_flight(self.schedule, self.microbatches, p, s, self.training)
+            n = flying[s]
             out.append({"parameters": params[s], "gradients": g, "optimizer": opt, "microbatches_in_flight": n,
                         "activations_per_microbatch": acts[s], "peak": params[s] + g + opt + n * acts[s]})
         return out
@@ -241,19 +313,33 @@ class PipelinePlan:
             return None
         return 0.0 if obj <= 0 else max(0.0, (obj - lb) / obj)
 
+    def forecast(self) -> dict[str, Any]:
+        """Per stage and per rank, what the replay of the schedule forecasts (ms, bytes)."""
+        sim = self.simulation()
+        return {"forward_ms": self.forward_ms, "backward_ms": self.backward_ms, "input_ms": self.input_ms,
+                "weight_ms": [b - i for b, i in zip(self.backward_ms, self.input_ms)],
+                "compute_ms": self.compute_ms, "load_ms": self.load_ms, "step_ms": sim.step_ms,
+                "rank_busy_ms": sim.rank_busy_ms, "rank_idle_ms": sim.rank_idle_ms,
+                "rank_peak_bytes": sim.rank_peak_bytes, "clock": "thread CPU time, one thread",
+                "how": f"replay of {_SCHEDULES[self.schedule].torch_class}'s action order "
+                       "(devplace_lite.schedule_sim)",
+                "events": [[r, a.kind, a.stage, a.microbatch, round(t0, 6), round(t1, 6)]
+                           for r, a, t0, t1 in sim.events]}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model_spec or self.graph.meta.get("model"), "capture": self.capture_how, "notes": self.notes,
             "segments": len(self.names), "segment_names": self.names, "granularity": self.graph.meta["granularity"],
             "training": self.training, "batch": self.batch, "microbatches": self.microbatches,
             "microbatch": self.batch // self.microbatches, "schedule": self.schedule, "optimizer": self.optimizer,
-            "k": self.cluster.accelerators, "stages": self.num_stages, "split_spec": self.split_spec,
+            "k": self.k or self.cluster.accelerators, "stages": self.num_stages, "split_spec": self.split_spec,
             "split_points": self.split_points, "stage_segments": self.stage_segments, "method": self.method,
             "method_reason": self.method_reason, "status": self.result.status, "objective_ms": self.result.objective,
             "bound_ms": self.bound.bound, "bound_method": self.bound.method, "bound_status": self.bound.status,
-            "gap": self.gap, "forecast": {"forward_ms": self.forward_ms, "backward_ms": self.backward_ms,
-                                          "compute_ms": self.compute_ms, "load_ms": self.load_ms,
-                                          "step_ms": self.step_ms(), "clock": "thread CPU time, one thread"},
+            "gap": self.gap, "forecast": self.forecast(),
+            "torch_schedule": _SCHEDULES[self.schedule].torch_class, "ranks": self.ranks,
+            "stages_per_rank": self.per_rank, "stage_to_rank": self.stage_ranks,
+            "schedule_search": None if self.search is None else self.search.to_json(),
             "memory_cap": self.memory, "stage_memory": self.stage_memory(), "tied": self.tied,
             "seed": self.seed, "seconds": self.seconds, "torch": self.graph.meta.get("torch"),
         }
@@ -286,56 +372,69 @@ def _capped(graph: Graph, schedule: str, microbatches: int, k: int, optimizer: s
 
 def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "1f1b", batch: int | None = None,
                memory: float | None = None, optimizer: str = "none", method: str = "auto",
-               time_limit: float = 10.0, seed: int = 0) -> PipelinePlan:
-    """Plan from a measured segment graph (`devplace_lite.pipeline.capture.segment_graph`)."""
+               time_limit: float = 10.0, seed: int = 0, per_rank: int | None = None) -> PipelinePlan:
+    """Plan from a measured segment graph (`devplace_lite.pipeline.capture.segment_graph`).
+
+    Two searches: the partitioning method's least bottleneck (``result``, certified by
+    ``bound``: the cost model's slowest stage per micro-batch), then the split whose replayed
+    step under ``schedule`` is least (``search``, `devplace_lite.schedule_search`, proven by
+    exhaustion where the splits can be enumerated, else with its bound and gap), which is the
+    plan's split. ``per_rank``: stages per rank for the schedules that take several.
+    """
     if schedule not in SCHEDULES:
         raise UsageError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+    v = stages_per_rank(schedule, per_rank)
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
     if memory is not None and not (math.isfinite(memory) and memory > 0):
         raise UsageError(f"memory must be a positive finite number of bytes, got {memory}")
     t0 = time.perf_counter()
+    stages = k * v
     chain = chain_graph(graph)
-    if memory is not None:
-        chain = _capped(chain, schedule, microbatches, k, optimizer)
-    cluster = Cluster(accelerators=k, cpus=0, memory=math.inf if memory is None else float(memory))
+    dp_chain = _capped(chain, schedule, microbatches, stages, optimizer) if memory is not None else chain
+    cluster = Cluster(accelerators=stages, cpus=0, memory=math.inf if memory is None else float(memory))
     why, ideals = f"asked for: {method}", None
     if method == "auto":
-        method, why, ideals = choose_method(chain)
+        method, why, ideals = choose_method(dp_chain)
     small = method == "dp" and ideals is not None and ideals <= DP_UNTIMED
-    res = partition(chain, cluster, method, time_limit=None if small else time_limit, seed=seed)
-    if res.assignment is None or res.status == "infeasible":
-        raise GraphError(f"no split of {graph.meta.get('model', graph.name)} into at most {k} stages fits "
-                         f"{memory:.0f} bytes per device under {schedule} (parameters, gradients, optimizer state "
-                         "and in-flight activations); way out: more stages (-k), fewer or smaller micro-batches, "
-                         "or 1f1b instead of gpipe" if memory is not None else f"method {method} found no split")
-    t1 = time.perf_counter()
-    free = Cluster(accelerators=k, cpus=0)
-    bound = certify(graph, free, time_limit=max(time_limit, 0.1), upper=res.objective)
-    a = as_assignment(chain, cluster, res.assignment)
-    order = chain_order(chain, cluster, a)
-    pos = {d: s for s, d in enumerate(order)}
+    res = partition(dp_chain, cluster, method, time_limit=None if small else time_limit, seed=seed)
     names = graph.meta["segments"]["names"]
-    stage_of = [pos[int(a[chain.index[f"{i}:{nm}"]])] for i, nm in enumerate(names)]
-    plan = PipelinePlan(graph=graph, chain=chain, cluster=cluster, result=res, bound=bound, stage_of=stage_of,
+    start = None
+    if res.assignment is not None and res.status != "infeasible":
+        a = as_assignment(dp_chain, cluster, res.assignment)
+        pos = {d: s for s, d in enumerate(chain_order(dp_chain, cluster, a))}
+        start = [pos[int(a[dp_chain.index[f"{i}:{nm}"]])] for i, nm in enumerate(names)]
+    elif memory is None:
+        raise GraphError(f"method {method} found no split")
+    t1 = time.perf_counter()
+    costs = segment_costs(graph, optimizer)
+    found = search(costs, schedule, k, microbatches, per_rank=v, training=graph.is_training,
+                   memory=memory, start=start, time_limit=time_limit)
+    if found.stage_of is None:
+        proof = "every split replayed" if found.status == "infeasible" else "no split tried fits"
+        raise GraphError(f"no split of {graph.meta.get('model', graph.name)} into {stages if v > 1 else f'at most {k}'} "
+                         f"stages fits {memory:.0f} bytes per device under {schedule} ({proof}: parameters, gradients, "
+                         "optimizer state and in-flight activations); way out: more stages (-k), fewer or smaller "
+                         "micro-batches, or a schedule with fewer micro-batches in flight (1f1b)")
+    t2 = time.perf_counter()
+    bound = certify(graph, Cluster(accelerators=stages, cpus=0), time_limit=max(time_limit, 0.1),
+                    upper=res.objective if start is not None else None)
+    plan = PipelinePlan(graph=graph, chain=chain, cluster=cluster, result=res, bound=bound, stage_of=found.stage_of,
                         schedule=schedule, microbatches=microbatches, batch=batch or microbatches * graph.meta["batch"],
                         optimizer=optimizer, memory=memory, method=method, method_reason=why,
                         capture_how=graph.meta.get("capture", "torch.export"), notes=list(graph.meta.get("notes", [])),
-                        seed=seed, seconds={"partition": t1 - t0, "bound": time.perf_counter() - t1})
-    if memory is not None:
-        for s, rec in enumerate(plan.stage_memory()):
-            if rec["peak"] > memory:
-                raise GraphError(f"stage {s} needs {rec['peak']:.0f} bytes under {schedule} (parameters "
-                                 f"{rec['parameters']:.0f}, {rec['microbatches_in_flight']} micro-batch(es) of "
-                                 f"activations {rec['activations_per_microbatch']:.0f}), over {memory:.0f} bytes per "
-                                 "device; way out: more stages (-k) or more, smaller micro-batches")
+                        seed=seed, seconds={"partition": t1 - t0, "schedule_search": t2 - t1,
+                                            "bound": time.perf_counter() - t2},
+                        per_rank=v, search=found, k=k)
+    if start is None:  # the bottleneck method found nothing under the conservative memory form: score the split
+        plan.result = _scored(plan, found.stage_of, method)
     return plan
 
 
 def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int = 4, schedule: str = "1f1b",
          training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
          granularity: str = "block", time_limit: float = 10.0, seed: int = 0, repeats: int = 5, warmup: int = 1,
-         model_spec: str | None = None, device: str = "cpu") -> PipelinePlan:
+         model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None) -> PipelinePlan:
     """Profile ``model`` on one micro-batch of ``example_inputs`` (the whole batch, cut into
     ``microbatches`` along dim 0) and plan its pipeline over at most ``k`` stages.
 
@@ -346,7 +445,9 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     example_inputs : sequence of tensors
         One step's batch; its leading size must divide by ``microbatches``.
     k, microbatches, schedule
-        Devices, micro-batches per step, ``"gpipe"`` or ``"1f1b"``.
+        Ranks, micro-batches per step, a key of `SCHEDULES` (torch 2.13's seven schedules).
+    per_rank : int, optional
+        Stages per rank for the schedules that take several (default: the schedule's, 2).
     training : bool
         Plan forward and backward (default) or inference only.
     memory : float, optional
@@ -371,9 +472,6 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     """
     import torch
 
-    from .capture import capture as capture_model
-    from .capture import measure_segments, segment_graph
-
     inputs = tuple(example_inputs)
     for name, value, low in (("k", k, 1), ("microbatches", microbatches, 1), ("repeats", repeats, 1),
                              ("warmup", warmup, 0)):
@@ -381,36 +479,105 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
             raise UsageError(f"{name} must be an integer >= {low}, got {value}")
     if not (math.isfinite(time_limit) and time_limit > 0):
         raise UsageError(f"time limit must be a positive number of seconds, got {time_limit}")
+    if schedule not in SCHEDULES:
+        raise UsageError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+    if stages_per_rank(schedule, per_rank) > 1:  # torch's own refusal, before the model is profiled
+        action_order(schedule, k, microbatches, per_rank)
     if not inputs or not all(isinstance(t, torch.Tensor) and t.dim() for t in inputs):
         raise UsageError("example inputs must be tensors with a batch dimension")
     batch = int(inputs[0].shape[0])
     if batch % microbatches:
         raise UsageError(f"a batch of {batch} does not split into {microbatches} equal micro-batches")
+    graph, cap, seconds = _profile(model, inputs, microbatches, training, granularity, repeats, warmup, model_spec,
+                                   device)
+    p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,
+                   optimizer=optimizer, method=method, time_limit=time_limit, seed=seed, per_rank=per_rank)
+    p.model_spec, p.capture = model_spec, cap
+    p.seconds = {**seconds, **p.seconds}
+    return p
+
+
+def _profile(model: Any, inputs: tuple, microbatches: int, training: bool, granularity: str, repeats: int,
+             warmup: int, model_spec: str | None, device: str) -> tuple[Graph, Any, dict[str, float]]:
+    """Capture and measure ``model`` on one micro-batch of ``inputs``: the segment graph."""
+    from .capture import capture as capture_model
+    from .capture import measure_segments, segment_graph
+
+    batch = int(inputs[0].shape[0])
     micro = tuple(t[: batch // microbatches] for t in inputs)
     t0 = time.perf_counter()
     cap = capture_model(model, micro, granularity)
     t1 = time.perf_counter()
     times = measure_segments(cap, training=training, repeats=repeats, warmup=warmup, device=device)
     graph = segment_graph(cap, times, name=model_spec or type(model).__name__)
-    t2 = time.perf_counter()
-    p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,
-                   optimizer=optimizer, method=method, time_limit=time_limit, seed=seed)
-    p.model_spec, p.capture = model_spec, cap
-    p.seconds = {"capture": t1 - t0, "measure": t2 - t1, **p.seconds}
-    return p
+    return graph, cap, {"capture": t1 - t0, "measure": time.perf_counter() - t1}
+
+
+#: ``--microbatches auto`` tries the divisors of the batch up to this many micro-batches.
+AUTO_MICROBATCHES = 16
+
+
+def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int | None = None,
+              training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
+              granularity: str = "block", time_limit: float = 10.0, seed: int = 0, repeats: int = 5,
+              warmup: int = 1, model_spec: str | None = None, device: str = "cpu") -> tuple[PipelinePlan, list[dict]]:
+    """``--schedule auto``: every schedule of `SCHEDULES` (at its default stages per rank) and
+    every micro-batch count (``microbatches``, or each divisor of the batch up to
+    `AUTO_MICROBATCHES`, each measured at its own micro-batch size), planned; the plan with the
+    least forecast step within ``memory`` is kept. Returns it and one record per try (its
+    forecast step, or why it was refused).
+
+    Raises
+    ------
+    GraphError
+        No schedule and micro-batch count gives a plan (within ``memory``).
+    """
+    inputs = tuple(example_inputs)
+    batch = int(inputs[0].shape[0])
+    counts = [microbatches] if microbatches else [d for d in range(1, min(batch, AUTO_MICROBATCHES) + 1)
+                                                  if batch % d == 0]
+    best: PipelinePlan | None = None
+    tried: list[dict] = []
+    for m in counts:
+        graph, cap, seconds = _profile(model, inputs, m, training, granularity, repeats, warmup, model_spec, device)
+        for name in SCHEDULES:
+            try:
+                p = plan_graph(graph, k=k, microbatches=m, schedule=name, batch=batch, memory=memory,
+                               optimizer=optimizer, method=method, time_limit=time_limit, seed=seed)
+            except (UsageError, GraphError) as e:
+                tried.append({"schedule": name, "microbatches": m, "refused": str(e)})
+                continue
+            step = p.step_ms()
+            tried.append({"schedule": name, "microbatches": m, "step_ms": step,
+                          "rank_peak_bytes": max(p.simulation().rank_peak_bytes), "status": p.search.status})
+            if best is None or step < best.step_ms():
+                best, p.model_spec, p.capture, p.seconds = p, model_spec, cap, {**seconds, **p.seconds}
+    if best is None:
+        raise GraphError(f"--schedule auto: no schedule and micro-batch count gives a plan for k={k}"
+                         + (f" within {memory:.0f} bytes per device" if memory is not None else "")
+                         + f" ({tried[0]['refused'] if tried else 'nothing tried'})")
+    best.notes.append(f"schedule auto: {best.schedule} with {best.microbatches} micro-batches has the least forecast "
+                      f"step of {len(tried)} schedule and micro-batch choices ({sum('refused' in t for t in tried)} "
+                      "refused); activation recomputation is not among the choices")
+    return best, tried
 
 
 def with_stages(p: PipelinePlan, stage_of: Sequence[int], method: str) -> PipelinePlan:
     """``p`` with another split (segment -> stage, in order), scored by the same cost model: to
     run the splits practitioners use (`even_split`, a compute-only balance) beside the plan's."""
+    q = dataclasses.replace(p, stage_of=list(stage_of), method=method, method_reason=f"given split ({method})",
+                            search=None)
+    q.result = _scored(q, stage_of, method)
+    return q
+
+
+def _scored(p: PipelinePlan, stage_of: Sequence[int], method: str):
+    """A `Result` for a given split, scored by the cost model (status ``feasible``)."""
     from ..cost import evaluate
     from ..result import Result
 
     a = stage_assignment(p, stage_of)
-    ev = evaluate(p.chain, p.cluster, a)
-    res = Result(method, p.chain, p.cluster, a, float(ev.max_load), "feasible", 0.0)
-    return dataclasses.replace(p, result=res, stage_of=list(stage_of), method=method,
-                               method_reason=f"given split ({method})")
+    return Result(method, p.chain, p.cluster, a, float(evaluate(p.chain, p.cluster, a).max_load), "feasible", 0.0)
 
 
 def compute_only(p: PipelinePlan) -> list[int]:
@@ -459,6 +626,8 @@ def scaled_graph(graph: Graph, forward: float, backward: float) -> Graph:
     seg = dict(g.meta["segments"])
     seg["forward_ms"] = [t * forward for t in seg["forward_ms"]]
     seg["backward_ms"] = [t * backward for t in seg["backward_ms"]]
+    if seg.get("backward_input_ms"):
+        seg["backward_input_ms"] = [t * backward for t in seg["backward_input_ms"]]
     g.meta = {**g.meta, "segments": seg, "calibration": {"forward_scale": forward, "backward_scale": backward}}
     return g
 
@@ -482,7 +651,7 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
                        device=device)
     a_f = _fit(p.forward_ms, first["stage_forward_cpu_ms"])
     a_b = _fit(p.backward_ms, first["stage_backward_cpu_ms"]) if p.training else 1.0
-    q = plan_graph(scaled_graph(p.graph, a_f, a_b), k=p.cluster.accelerators, microbatches=p.microbatches,
+    q = plan_graph(scaled_graph(p.graph, a_f, a_b), k=p.k or p.ranks, per_rank=p.per_rank, microbatches=p.microbatches,
                    schedule=p.schedule, batch=p.batch, memory=p.memory, optimizer=p.optimizer, method=p.method,
                    time_limit=max(1.0, p.seconds.get("bound", 1.0) + 1.0), seed=p.seed)
     q.model_spec, q.capture = p.model_spec, p.capture

@@ -64,17 +64,17 @@ from .resources import free_port
 _SCRIPT = '''#!/usr/bin/env python3
 """{model}: {stages} pipeline stages planned by devplace ({method}; gap to the proven bound {gap}).
 
-Run it with torchrun, one process per stage (gloo on CPU, NCCL on GPUs):
+Run it with torchrun, one process per rank ({ranks} rank(s), {per_rank} stage(s) each; gloo on CPU, NCCL on GPUs):
 
-    torchrun --nproc-per-node {stages} run_pipeline.py [--steps 5] [--check] [--device cuda]
+    torchrun --nproc-per-node {ranks} run_pipeline.py [--steps 5] [--check] [--device cuda]
     # across machines:
-    torchrun --nnodes N --node-rank R --nproc-per-node {stages}/N --rdzv-endpoint HOST:PORT run_pipeline.py
+    torchrun --nnodes N --node-rank R --nproc-per-node {ranks}/N --rdzv-endpoint HOST:PORT run_pipeline.py
 
 Each rank does, with torch.distributed.pipelining:
 
     pipe = pipeline(model, microbatch, split_spec=SPLIT_SPEC)
-    stage = pipe.build_stage(rank, device)
-    {schedule_class}(stage, {microbatches}, loss_fn=loss_fn).step(batch on the first rank, target on the last)
+    stages = [pipe.build_stage(s, device) for s in STAGE_TO_RANK if STAGE_TO_RANK[s] == rank]
+    {schedule_class}({stage_arg}, {microbatches}, loss_fn=loss_fn).step(batch on the first rank, target on the last)
 
 and sums the gradients of weights replicated on several stages ({tied}).
 plan.json beside this file holds the forecast, the memory of every stage and the model spec.
@@ -83,6 +83,8 @@ from torch.distributed.pipelining import SplitPoint
 
 SPLIT_SPEC = {{
 {spec}}}
+SCHEDULE = {schedule_class!r}
+STAGE_TO_RANK = {stage_to_rank!r}  # stage -> rank, as {schedule_class} places them
 
 if __name__ == "__main__":
     import sys
@@ -100,9 +102,13 @@ def write_script(path: str | Path, plan: Any) -> None:
     spec = "".join(f"    {fqn!r}: SplitPoint.BEGINNING,\n" for fqn in plan.split_points)
     tied = "; ".join(t["parameter"] for t in plan.tied if len(t["stages"]) > 1) or "none here"
     gap = "unknown" if plan.gap is None else f"{100 * plan.gap:.1f} %"
+    from ..schedule_sim import SCHEDULES
+
     text = _SCRIPT.format(model=plan.model_spec or plan.graph.meta.get("model"), stages=plan.num_stages,
                           method=plan.method, gap=gap, microbatches=plan.microbatches, spec=spec, tied=tied,
-                          schedule_class={"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}[plan.schedule])
+                          schedule_class=SCHEDULES[plan.schedule].torch_class, ranks=plan.ranks,
+                          per_rank=plan.per_rank, stage_to_rank=dict(enumerate(plan.stage_ranks)),
+                          stage_arg="stages[0]" if plan.per_rank == 1 and SCHEDULES[plan.schedule].fixed else "stages")
     write_text_atomic(path, text)
 
 
@@ -114,16 +120,19 @@ def _contiguous(values: Any) -> Any:
 
 
 def _instrument(stage: Any, record: list, cuda: bool = False) -> None:
-    """Record ``(kind, start, end, ms)`` of every forward and backward chunk the stage runs (ms:
-    the thread's CPU time on CPU; on a GPU the wall time up to a device synchronise), and hand
-    on contiguous tensors: gloo sends contiguous memory only, while a stage's outputs and its
+    """Record ``(kind, start, end, ms, stage, chunk)`` of every action the stage runs (kind
+    ``F``, ``B``, or ``I`` and ``W`` when a zero-bubble schedule splits the backward; ms: the
+    thread's CPU time on CPU, on a GPU the wall time up to a device synchronise), and hand on
+    contiguous tensors: gloo sends contiguous memory only, while a stage's outputs and its
     inputs' gradients may come out of the model or autograd with any strides."""
     import torch
 
-    for kind, name in (("F", "forward_one_chunk"), ("B", "backward_one_chunk")):
+    for kind, name in (("F", "forward_one_chunk"), ("B", "backward_one_chunk"), ("W", "backward_weight_one_chunk")):
         inner = getattr(stage, name)
 
         def timed(chunk: int, *args: Any, _inner=inner, _kind=kind, **kwargs: Any) -> Any:
+            if _kind == "B" and not kwargs.get("full_backward", True):
+                _kind = "I"
             c0, t0 = time.thread_time(), time.perf_counter()
             out = _inner(chunk, *args, **kwargs)
             if cuda:
@@ -132,12 +141,26 @@ def _instrument(stage: Any, record: list, cuda: bool = False) -> None:
             if _kind == "F" and chunk in stage.fwd_cache:
                 outputs, rest = stage.fwd_cache[chunk]
                 stage.fwd_cache[chunk] = (_contiguous(outputs), rest)
-            elif _kind == "B" and chunk in stage.bwd_cache:
+            elif _kind in ("B", "I") and chunk in stage.bwd_cache:
                 stage.bwd_cache[chunk] = _contiguous(stage.bwd_cache[chunk])
-            record.append((_kind, t0, time.perf_counter(), (time.thread_time() - c0) * 1e3))
+            record.append((_kind, t0, time.perf_counter(), (time.thread_time() - c0) * 1e3, stage.stage_index, chunk))
             return out
 
         setattr(stage, name, timed)
+
+
+def _no_self_pairs(stage: Any, rank: int) -> None:
+    """Drop the warm-up messages a stage would send to its own rank: torch 2.13's
+    ``_get_init_p2p_neighbors_ops`` greets the neighbouring stages' ranks, which is this rank
+    when a V schedule puts two neighbouring stages on it, and gloo has no pair to itself."""
+    inner = getattr(stage, "_get_init_p2p_neighbors_ops", None)
+    if inner is None:
+        return
+
+    def ops() -> list:
+        return [op for op in inner() if op.group_peer != rank]
+
+    stage._get_init_p2p_neighbors_ops = ops
 
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -156,14 +179,17 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[str] | None = None) -> int:
-    """What each torchrun rank runs: build its stage from the plan and run the schedule."""
+    """What each torchrun rank runs: build its stage(s) from the plan and run the schedule."""
     import copy
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
+    import torch.distributed.pipelining as tp
     import torch.nn.functional as F
-    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, pipeline
+    from torch.distributed.pipelining import pipeline
+
+    from ..schedule_sim import SCHEDULES
 
     from ..zoo import load
     from .capture import split_policy
@@ -182,43 +208,58 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
-        if world != plan["stages"]:
-            raise UsageError(f"the plan has {plan['stages']} stages but torchrun started {world} processes "
-                             f"(--nproc-per-node x --nnodes must be {plan['stages']})")
+        n_stages = plan["stages"]
+        s2r = plan.get("stage_to_rank") or list(range(n_stages))
+        ranks = plan.get("ranks", n_stages)
+        if world != ranks:
+            raise UsageError(f"the plan has {ranks} ranks but torchrun started {world} processes "
+                             f"(--nproc-per-node x --nnodes must be {ranks})")
+        mine = [s for s in range(n_stages) if s2r[s] == rank]
         model, inputs = load(plan["model"], batch=plan["batch"], seed=plan["seed"])
         m = plan["microbatches"]
         micro = tuple(t[: plan["microbatch"]] for t in inputs)
         points = list(split_spec) if split_spec is not None else list(plan["split_points"])
         training = plan["training"]
         if plan["capture"] == "torch.fx":
-            stage, order = _fx_stage(model, micro, points, rank, world, device, training)
+            stages = [_fx_stage(model, micro, points, s, n_stages, device, training) for s in mine]
+            order = list(range(len(micro)))
         else:
             pipe = pipeline(copy.deepcopy(model), micro, split_policy=split_policy(points))
-            if pipe.num_stages != world:
-                raise GraphError(f"the split points give {pipe.num_stages} stages, not {world}")
-            stage, order = pipe.build_stage(rank, device), first_stage_inputs(pipe)
+            if pipe.num_stages != n_stages:
+                raise GraphError(f"the split points give {pipe.num_stages} stages, not {n_stages}")
+            stages, order = [pipe.build_stage(s, device) for s in mine], first_stage_inputs(pipe)
         record: list = []
-        _instrument(stage, record, cuda)
+        for st in stages:
+            _instrument(st, record, cuda)
+            _no_self_pairs(st, rank)
         target = None
         if training:
             with torch.no_grad():
                 shape = model(*inputs).shape
             target = torch.randn(shape, generator=torch.Generator().manual_seed(plan["seed"] + 1)).to(device)
-        sched_cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[plan["schedule"]]
-        sched = sched_cls(stage, m, loss_fn=F.mse_loss if training else None)
+        spec = SCHEDULES[plan["schedule"]]
+        sched_cls = getattr(tp, spec.torch_class)
+        one = spec.fixed and spec.per_rank == 1
+        sched = sched_cls(stages[0] if one else stages, m, loss_fn=F.mse_loss if training else None)
         named = dict(model.named_parameters(remove_duplicate=False))
         aliases = {t["parameter"]: [n for n, p in named.items() if p is named[t["parameter"]]] for t in plan["tied"]}
-        groups = [(t["parameter"], dist.new_group(t["stages"])) for t in plan["tied"] if len(t["stages"]) > 1]
-        first, last = rank == 0, rank == world - 1
+        # a replicated weight: copies on this rank are summed here, across ranks by an all-reduce
+        groups = []
+        for t in plan["tied"]:
+            if len(t["stages"]) > 1:
+                on = sorted({s2r[s] for s in t["stages"]})
+                groups.append((t["parameter"], on, dist.new_group(on) if len(on) > 1 else None))
+        first, last = 0 in mine, n_stages - 1 in mine
         xs = tuple(inputs[i].to(device) for i in order)
         from .run import ActivationMeter
 
-        meter = ActivationMeter({id(p) for p in stage.submod.parameters()})
-        steps, out, losses = [], None, []
+        params = [p for st in stages for p in st.submod.parameters()]
+        meter = ActivationMeter({id(p) for p in params})
+        steps, out, losses, events = [], None, [], []
         for it in range(args.warmup + args.steps):
             if it == args.warmup:
                 record.clear()  # warm-up chunks allocate buffers once: not part of the figures
-            for p in stage.submod.parameters():
+            for p in params:
                 p.grad = None
             losses = []
             dist.barrier()
@@ -230,9 +271,9 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
                 with hooks:
                     out = sched.step(*(xs if first else ()), target=target if last else None,
                                      losses=losses if last else None)
-                for fqn, group in groups:  # a replicated weight: every copy gets the whole gradient
-                    if rank in next(t["stages"] for t in plan["tied"] if t["parameter"] == fqn):
-                        _sum_tied(stage.submod, set(aliases[fqn]), group, device)
+                for fqn, on, group in groups:  # a replicated weight: every copy gets the whole gradient
+                    if rank in on:
+                        _sum_tied([st.submod for st in stages], set(aliases[fqn]), group, device)
             else:
                 with torch.no_grad():
                     out = sched.step(*(xs if first else ()))
@@ -241,18 +282,25 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             t1 = time.perf_counter()
             if it >= args.warmup:
                 steps.append((t0, t1))
+            if it == args.warmup + args.steps - 1:  # the last step's actions, for a Gantt chart
+                events = [(k, s, c, a - t0, b - t0) for k, a, b, _, s, c in record if a >= t0]
         rec: dict[str, Any] = {
             "rank": rank, "world": world, "host": socket.gethostname(), "device": str(device),
             "backend": dist.get_backend(), "steps": steps,
-            "forward_cpu_ms": [c for k, *_, c in record if k == "F"],
-            "backward_cpu_ms": [c for k, *_, c in record if k == "B"],
+            "stages": mine, "events": events,
+            # least CPU time of each (stage, kind) over the measured chunks
+            "cpu_ms": {f"{s}:{kind}": min(ms for k, _, _, ms, st, _ in record if k == kind and st == s)
+                       for s in mine for kind in "FBIW" if any(k == kind and st == s for k, *_, st, _ in record)},
+            "forward_cpu_ms": [c for k, _, _, c, *_ in record if k == "F"],
+            "backward_cpu_ms": [c for k, _, _, c, *_ in record if k in "BIW"],
             "loss": sum(float(x) for x in losses) / len(losses) if last and losses else None,
-            "param_bytes": sum(p.numel() * p.element_size() for p in stage.submod.parameters()),
-            "grad_bytes": sum(p.numel() * p.element_size() for p in stage.submod.parameters() if p.requires_grad),
+            "param_bytes": sum(p.numel() * p.element_size() for p in params),
+            "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
             "activation_peak_bytes": int(meter.peak),
         }
         if args.check:
-            rec["check"] = _check(model, inputs, target, training, stage.submod, out if last else None)
+            rec["check"] = _check(model, inputs, target, training, [st.submod for st in stages],
+                                  out if last else None)
         folder = Path(args.out) if args.out else plan_path.with_name("run")
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".rank{rank}.tmp"
@@ -264,8 +312,8 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     return 0
 
 
-def _fx_stage(model: Any, micro: tuple, points: Sequence[str], rank: int, world: int, device: Any,
-              training: bool) -> tuple[Any, list[int]]:
+def _fx_stage(model: Any, micro: tuple, points: Sequence[str], index: int, count: int, device: Any,
+              training: bool) -> Any:
     """The fx route (a model torch.export cannot capture): devplace's splitter cuts the traced
     model (leaf modules chosen as in the capture), and the stage is a manual `PipelineStage`
     that talks to its neighbours only (values read later are carried through)."""
@@ -278,13 +326,12 @@ def _fx_stage(model: Any, micro: tuple, points: Sequence[str], rank: int, world:
 
     gm, leaves = trace_with_leaves(copy.deepcopy(model), [])
     split, _ = fx_split(gm, micro, points, leaves)
-    if split.num_stages != world:
-        raise GraphError(f"the split points give {split.num_stages} stages, not {world}")
-    ins, outs = _stage_shapes(split.stages, micro, training)[rank]
-    stage = PipelineStage(split.stages[rank].to(device), rank, world, device,
-                          input_args=tuple(_example(m, device) for m in ins),
-                          output_args=tuple(_example(m, device) for m in outs))
-    return stage, list(range(len(micro)))
+    if split.num_stages != count:
+        raise GraphError(f"the split points give {split.num_stages} stages, not {count}")
+    ins, outs = _stage_shapes(split.stages, micro, training)[index]
+    return PipelineStage(split.stages[index].to(device), index, count, device,
+                         input_args=tuple(_example(m, device) for m in ins),
+                         output_args=tuple(_example(m, device) for m in outs))
 
 
 def first_stage_inputs(pipe: Any) -> list[int]:
@@ -299,23 +346,25 @@ def first_stage_inputs(pipe: Any) -> list[int]:
     return [roots.index(a) for a in call.args]
 
 
-def _sum_tied(module: Any, names: set[str], group: Any, device: Any) -> None:
+def _sum_tied(modules: Sequence[Any], names: set[str], group: Any, device: Any) -> None:
     import torch
     import torch.distributed as dist
 
-    held = [p for n, p in module.named_parameters(remove_duplicate=False) if n in names]
+    held = [p for module in modules for n, p in module.named_parameters(remove_duplicate=False) if n in names]
     if not held:
         return
     grad = torch.zeros_like(held[0])
     for p in {id(p): p for p in held}.values():
         if p.grad is not None:
             grad += p.grad
-    dist.all_reduce(grad, group=group)
+    if group is not None:
+        dist.all_reduce(grad, group=group)
     for p in held:
         p.grad = grad.clone()
 
 
-def _check(model: Any, inputs: tuple, target: Any, training: bool, stage_module: Any, out: Any) -> dict[str, Any]:
+def _check(model: Any, inputs: tuple, target: Any, training: bool, stage_modules: Sequence[Any],
+           out: Any) -> dict[str, Any]:
     """This rank's outputs (last rank) and gradients against the unsplit model's."""
     import torch
     import torch.nn.functional as F
@@ -334,7 +383,7 @@ def _check(model: Any, inputs: tuple, target: Any, training: bool, stage_module:
     if training:
         params = dict(ref_model.named_parameters(remove_duplicate=False))
         diffs, ok, n = [], True, 0
-        for name, p in stage_module.named_parameters(remove_duplicate=False):
+        for name, p in ((n, p) for mod in stage_modules for n, p in mod.named_parameters(remove_duplicate=False)):
             if p.grad is None or name not in params or params[name].grad is None:
                 continue
             g, r = p.grad.detach().cpu(), params[name].grad
@@ -374,7 +423,7 @@ def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int
     for name, value, low in (("steps", steps, 1), ("warmup", warmup, 0), ("threads", threads, 1), ("nodes", nodes, 1)):
         if int(value) != value or value < low:
             raise UsageError(f"{name} must be an integer >= {low}, got {value}")
-    p = int(plan["stages"])
+    p = int(plan.get("ranks", plan["stages"]))
     with tempfile.TemporaryDirectory(prefix="devplace-torchrun-") as out:
         extra = ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads), "--out", out,
                  "--device", device, "--timeout", str(max(30.0, timeout))] + (["--check"] if check else [])
@@ -436,19 +485,44 @@ def _last_error(texts: Sequence[str]) -> str:
     return tail[-1][:300] if tail else "no output"
 
 
+def _replay_measured(plan: dict, cpu: dict[str, float]) -> float | None:
+    """The schedule's replay with the run's own least CPU time of every stage and action kind,
+    no transfers: the step a machine with one free core per rank would take (a wall-clock step
+    on a shared machine also holds the other processes' time)."""
+    from ..schedule_sim import simulate
+
+    n = int(plan["stages"])
+    f = [cpu.get(f"{s}:F", 0.0) for s in range(n)]
+    i = [cpu.get(f"{s}:I", 0.0) for s in range(n)]
+    w = [cpu.get(f"{s}:W", 0.0) for s in range(n)]
+    b = [cpu.get(f"{s}:B", i[s] + w[s]) for s in range(n)]
+    times = {"F": f, "B": b, "I": i, "W": w} if plan["training"] else {"F": f}
+    try:
+        return simulate(plan["schedule"], int(plan.get("ranks", n)), int(plan["microbatches"]), times,
+                        per_rank=int(plan.get("stages_per_rank", 1)), training=bool(plan["training"])).step_ms
+    except UsageError:
+        return None
+
+
 def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) -> dict[str, Any]:
     n_steps = len(ranks[0]["steps"])
     steps_ms = [1e3 * (max(r["steps"][i][1] for r in ranks) - min(r["steps"][i][0] for r in ranks))
                 for i in range(n_steps)]
-    least = lambda xs: float(min(xs)) if xs else 0.0  # noqa: E731 - interference only ever adds CPU time
-    fwd = [least(r["forward_cpu_ms"]) for r in ranks]
-    bwd = [least(r["backward_cpu_ms"]) for r in ranks]
+    # the least CPU time of each stage's actions: interference only ever adds CPU time
+    cpu = {key: ms for r in ranks for key, ms in r["cpu_ms"].items()}
+    n_stages = int(plan["stages"])
+    fwd = [cpu.get(f"{s}:F", 0.0) for s in range(n_stages)]
+    inp = [cpu.get(f"{s}:I") for s in range(n_stages)]
+    bwd = [cpu[f"{s}:B"] if f"{s}:B" in cpu else cpu.get(f"{s}:I", 0.0) + cpu.get(f"{s}:W", 0.0)
+           for s in range(n_stages)]
     out: dict[str, Any] = {
-        "stages": len(ranks), "nodes": nodes, "hosts": sorted({r["host"] for r in ranks}),
+        "stages": n_stages, "ranks": len(ranks), "nodes": nodes, "stage_input_cpu_ms": inp,
+        "events": [r["events"] for r in ranks], "hosts": sorted({r["host"] for r in ranks}),
         "backend": ranks[0]["backend"], "schedule": plan["schedule"], "microbatches": plan["microbatches"],
         "step_ms": float(statistics.median(steps_ms)), "steps_ms": steps_ms,
         "stage_forward_cpu_ms": fwd, "stage_backward_cpu_ms": bwd,
-        "stage_cpu_ms": [f + b for f, b in zip(fwd, bwd)], "loss": ranks[-1]["loss"],
+        "stage_cpu_ms": [f + b for f, b in zip(fwd, bwd)], "step_cpu_replay_ms": _replay_measured(plan, cpu),
+        "loss": next((r["loss"] for r in ranks if r["loss"] is not None), None),
         "param_bytes": [r["param_bytes"] for r in ranks],
         "activation_peak_bytes": [r["activation_peak_bytes"] for r in ranks],
         # measured peak: parameters, their gradients when training, the saved activations' high-water mark
@@ -458,8 +532,9 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
     }
     if all("check" in r for r in ranks):
         checks = [r["check"] for r in ranks]
-        out["check"] = {"outputs_allclose": checks[-1].get("outputs_allclose"),
-                        "max_output_diff": checks[-1].get("max_output_diff")}
+        holder = next((c for r, c in zip(ranks, checks) if n_stages - 1 in r.get("stages", [])), checks[-1])
+        out["check"] = {"outputs_allclose": holder.get("outputs_allclose"),
+                        "max_output_diff": holder.get("max_output_diff")}
         if plan["training"]:
             out["check"].update(grads_allclose=all(c.get("grads_allclose") for c in checks),
                                 max_grad_diff=max(c.get("max_grad_diff", 0.0) for c in checks),
