@@ -136,3 +136,42 @@ def test_multi_stage_schedules_run_and_equal_the_unsplit_model(tmp_path, on_path
     kinds = {e[0] for ev in run["events"] for e in ev}
     assert kinds == ({"F", "I", "W"} | ({"B"} if schedule == "dualpipev" else set()) if SCHEDULES[schedule].split_backward
                      else {"F", "B"})
+
+
+def _fake_run(p, scale_stage0=1.0):
+    f = [x * (scale_stage0 if s == 0 else 1.0) for s, x in enumerate(p.forward_ms)]
+    b = [x * (scale_stage0 if s == 0 else 1.0) for s, x in enumerate(p.backward_ms)]
+    i = [x * (scale_stage0 if s == 0 else 1.0) for s, x in enumerate(p.input_ms)]
+    return {"stage_forward_cpu_ms": f, "stage_backward_cpu_ms": b, "stage_input_cpu_ms": i,
+            "stage_cpu_ms": [x + y for x, y in zip(f, b)], "step_cpu_replay_ms": p.step_ms()}
+
+
+@pytest.mark.parametrize("second_scale, kept", [(1.0, "calibrated"), (5.0, "uncalibrated")])
+def test_calibration_scales_each_stage_and_keeps_the_better(graph, tmp_path, monkeypatch, second_scale, kept):
+    """Stage 0 runs 3x its forecast: its factors are 3, the others 1; the calibrated plan is
+    kept when its own run matches it, the first plan when the second run is further off."""
+    import devplace_lite.pipeline.torchrun as tr
+    from devplace_lite.pipeline.planner import calibrate
+
+    p = plan_graph(graph, k=2, microbatches=4, schedule="1f1b")
+    p.model_spec = "plan_models:unequal"
+    calls = []
+
+    def fake_launch(plan_path, **kw):
+        q = json.loads(Path(plan_path).read_text())
+        calls.append(q)
+        fc = q["forecast"]
+        scale = second_scale  # the only run launched: the first is given
+        return {"stage_forward_cpu_ms": [x * scale for x in fc["forward_ms"]],
+                "stage_backward_cpu_ms": [x * scale for x in fc["backward_ms"]],
+                "stage_input_cpu_ms": [x * scale for x in fc["input_ms"]],
+                "stage_cpu_ms": [x * scale for x in fc["compute_ms"]], "step_cpu_replay_ms": fc["step_ms"] * scale}
+
+    monkeypatch.setattr(tr, "launch", fake_launch)
+    first = _fake_run(p, 3.0)
+    cal = calibrate(p, tmp_path, first=first)
+    assert cal["stage_scales"]["F"][0] == pytest.approx(3.0) and cal["stage_scales"]["F"][1:] == pytest.approx([1.0])
+    assert cal["kept"] == kept and cal["max_error_kept"] == min(cal["max_error_before"], cal["max_error_after"])
+    written = json.loads((tmp_path / "plan.json").read_text())
+    want = calls[-1] if kept == "calibrated" else json.loads((tmp_path / "uncalibrated" / "plan.json").read_text())
+    assert written["forecast"]["step_ms"] == pytest.approx(want["forecast"]["step_ms"])

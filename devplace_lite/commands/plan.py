@@ -25,9 +25,10 @@ divides the batch) and keeps the least forecast step within ``--memory``.
 
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast; ``--check``
-compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, fits
-one scale factor for forward and one for backward times from the measured stages, re-plans
-with them, runs again and reports the per-stage forecast error before and after.
+compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
+each stage's forward, backward and inputs-only backward times by measured / forecast, re-plans
+with them, runs again, reports the per-stage forecast error before and after, and keeps the
+plan whose forecast was nearer its run (it says which).
 
 Errors (one line, exit status 2): a spec that gives no model and example inputs, numbers out
 of range, a model neither torch.export nor torch.fx captures (naming module and line), no plan
@@ -213,6 +214,7 @@ def _print(a: dict[str, Any]) -> None:
             print(f"check: {r['check']}")
     if "calibration" in a:
         c = a["calibration"]
-        print(f"calibration: forward x{c['forward_scale']:.3f}, backward x{c['backward_scale']:.3f}; "
-              f"largest per-stage error {100 * c['max_error_before']:.1f} % before, {100 * c['max_error_after']:.1f} % after")
+        print(f"calibration (one factor per stage and action kind): largest per-stage error "
+              f"{100 * c['max_error_before']:.1f} % before, {100 * c['max_error_after']:.1f} % after; kept the "
+              f"{c['kept']} plan")
     sys.stdout.flush()

@@ -617,18 +617,31 @@ def _fit(predicted: Sequence[float], measured: Sequence[float]) -> float:
     return num / den if den > 0 else 1.0
 
 
-def scaled_graph(graph: Graph, forward: float, backward: float) -> Graph:
-    """``graph`` with forward times times ``forward`` and backward times times ``backward``."""
-    nodes = [dataclasses.replace(v, p_acc=v.p_acc * (backward if v.backward else forward),
-                                 p_cpu=None if v.p_cpu is None else v.p_cpu * (backward if v.backward else forward))
+def scaled_graph(graph: Graph, forward: float | Sequence[float], backward: float | Sequence[float],
+                 backward_input: float | Sequence[float] | None = None) -> Graph:
+    """``graph`` with forward times times ``forward`` and backward times times ``backward``
+    (numbers, or one factor per segment); the inputs-only backward (``I``) times
+    ``backward_input`` (default: as the backward)."""
+    seg = dict(graph.meta["segments"])
+    n = len(seg["names"])
+    per = lambda x: [float(x)] * n if isinstance(x, (int, float)) else [float(v) for v in x]  # noqa: E731
+    fs, bs = per(forward), per(backward)
+    is_ = bs if backward_input is None else per(backward_input)
+    index = {f"{i}:{nm}": i for i, nm in enumerate(seg["names"])}
+
+    def factor(v) -> float:
+        i = index.get(v.id[:-5] if v.backward else v.id)
+        return 1.0 if i is None else (bs[i] if v.backward else fs[i])
+
+    nodes = [dataclasses.replace(v, p_acc=v.p_acc * factor(v), p_cpu=None if v.p_cpu is None else v.p_cpu * factor(v))
              for v in graph.nodes]
     g = graph.with_nodes(nodes)
-    seg = dict(g.meta["segments"])
-    seg["forward_ms"] = [t * forward for t in seg["forward_ms"]]
-    seg["backward_ms"] = [t * backward for t in seg["backward_ms"]]
+    seg["forward_ms"] = [t * a for t, a in zip(seg["forward_ms"], fs)]
+    seg["backward_ms"] = [t * a for t, a in zip(seg["backward_ms"], bs)]
     if seg.get("backward_input_ms"):
-        seg["backward_input_ms"] = [t * backward for t in seg["backward_input_ms"]]
-    g.meta = {**g.meta, "segments": seg, "calibration": {"forward_scale": forward, "backward_scale": backward}}
+        seg["backward_input_ms"] = [t * a for t, a in zip(seg["backward_input_ms"], is_)]
+    one = lambda xs: xs[0] if len(set(xs)) == 1 else xs  # noqa: E731
+    g.meta = {**g.meta, "segments": seg, "calibration": {"forward_scale": one(fs), "backward_scale": one(bs)}}
     return g
 
 
@@ -636,31 +649,68 @@ def _errors(predicted: Sequence[float], measured: Sequence[float]) -> list[float
     return [abs(p - m) / m if m > 0 else 0.0 for p, m in zip(predicted, measured)]
 
 
+def _stage_scales(p: PipelinePlan, run: dict[str, Any]) -> dict[str, list[float]]:
+    """Measured / forecast per stage and action kind (``F``, ``B``, ``I``); 1 where either is missing."""
+    def ratio(pred: Sequence[float], meas: Sequence[float | None]) -> list[float]:
+        return [m / q if (m is not None and q > 0 and m > 0) else 1.0 for q, m in zip(pred, meas)]
+
+    out = {"F": ratio(p.forward_ms, run["stage_forward_cpu_ms"]),
+           "B": ratio(p.backward_ms, run["stage_backward_cpu_ms"]) if p.training else [1.0] * p.num_stages}
+    out["I"] = ratio(p.input_ms, run.get("stage_input_cpu_ms") or [None] * p.num_stages) if p.training else \
+        [1.0] * p.num_stages
+    if p.training and all(x is None for x in run.get("stage_input_cpu_ms") or [None]):
+        out["I"] = list(out["B"])  # the schedule ran no I: scale it as the backward
+    return out
+
+
+def _forecast_error(p: PipelinePlan, run: dict[str, Any]) -> dict[str, Any]:
+    """Per-stage compute error and step error (against the replay of the run's CPU times)."""
+    stages = _errors(p.compute_ms, run["stage_cpu_ms"])
+    rep = run.get("step_cpu_replay_ms")
+    step = abs(p.step_ms() - rep) / rep if rep else None
+    return {"stages": stages, "max_stage": max(stages), "step": step}
+
+
 def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int = 1, timeout: float = 600.0,
               first: dict[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
-    """Run ``p`` under torchrun, fit one scale factor for forward and one for backward times to
-    the measured stage CPU times, re-plan with the scaled profile, run that plan and report the
-    per-stage error of the compute forecast before (first plan, first run) and after
-    (calibrated plan, second run). The calibrated plan replaces ``p``'s files in ``folder``;
-    the first run's plan stays in ``folder/uncalibrated``. ``first``: a torchrun run of ``p``
-    already made (`launch`'s answer), to save the first run."""
+    """Run ``p`` under torchrun, scale each stage's forward, backward and inputs-only backward
+    times by measured / forecast (one factor per stage and action kind, applied to that stage's
+    segments), re-plan with the scaled profile, run that plan, and keep whichever forecast was
+    nearer its own run (the largest per-stage error of the compute forecast; ties keep the
+    calibrated one): calibration never leaves the plan's forecast worse than it found it. The
+    kept plan's files are in ``folder``; the first plan's also in ``folder/uncalibrated``.
+    ``first``: a torchrun run of ``p`` already made (`launch`'s answer), to save the first run.
+
+    Returns the factors, the split points, both forecasts' errors, and ``kept``
+    (``"calibrated"`` or ``"uncalibrated"``).
+    """
     from .torchrun import launch
 
     if first is None:
         first = launch(p.write(Path(folder) / "uncalibrated")["plan"], nodes=nodes, steps=steps, timeout=timeout,
                        device=device)
-    a_f = _fit(p.forward_ms, first["stage_forward_cpu_ms"])
-    a_b = _fit(p.backward_ms, first["stage_backward_cpu_ms"]) if p.training else 1.0
-    q = plan_graph(scaled_graph(p.graph, a_f, a_b), k=p.k or p.ranks, per_rank=p.per_rank, microbatches=p.microbatches,
-                   schedule=p.schedule, batch=p.batch, memory=p.memory, optimizer=p.optimizer, method=p.method,
+    else:
+        p.write(Path(folder) / "uncalibrated")
+    scales = _stage_scales(p, first)
+    seg_stage = p.stage_of
+    q = plan_graph(scaled_graph(p.graph, [scales["F"][s] for s in seg_stage], [scales["B"][s] for s in seg_stage],
+                                [scales["I"][s] for s in seg_stage]),
+                   k=p.k or p.ranks, per_rank=p.per_rank, microbatches=p.microbatches, schedule=p.schedule,
+                   batch=p.batch, memory=p.memory, optimizer=p.optimizer, method=p.method,
                    time_limit=max(1.0, p.seconds.get("bound", 1.0) + 1.0), seed=p.seed)
     q.model_spec, q.capture = p.model_spec, p.capture
     second = launch(q.write(folder)["plan"], nodes=nodes, steps=steps, timeout=timeout, device=device)
-    before = _errors(p.compute_ms, first["stage_cpu_ms"])
-    after = _errors(q.compute_ms, second["stage_cpu_ms"])
-    return {"forward_scale": a_f, "backward_scale": a_b, "clock": "thread CPU time per micro-batch",
+    before, after = _forecast_error(p, first), _forecast_error(q, second)
+    kept = "calibrated" if after["max_stage"] <= before["max_stage"] else "uncalibrated"
+    if kept == "uncalibrated":
+        p.write(folder)
+    return {"stage_scales": scales, "forward_scale": _fit(p.forward_ms, first["stage_forward_cpu_ms"]),
+            "backward_scale": _fit(p.backward_ms, first["stage_backward_cpu_ms"]) if p.training else 1.0,
+            "clock": "thread CPU time per micro-batch", "kept": kept,
             "split_points_before": p.split_points, "split_points_after": q.split_points,
             "predicted_before_ms": p.compute_ms, "measured_before_ms": first["stage_cpu_ms"],
             "predicted_after_ms": q.compute_ms, "measured_after_ms": second["stage_cpu_ms"],
-            "error_before": before, "error_after": after,
-            "max_error_before": max(before), "max_error_after": max(after)}
+            "error_before": before["stages"], "error_after": after["stages"],
+            "max_error_before": before["max_stage"], "max_error_after": after["max_stage"],
+            "step_error_before": before["step"], "step_error_after": after["step"],
+            "max_error_kept": min(before["max_stage"], after["max_stage"])}
