@@ -55,7 +55,8 @@ MAX_REPLAYS = 20_000
 @dataclass
 class SegmentCosts:
     """Per segment (lists of length ``n``): times in ms per micro-batch, bytes; ``cut_ms[i]``:
-    the transfer time of a cut after segment ``i`` (forward; ``cut_back_ms`` the gradients')."""
+    the transfer time of a cut after segment ``i`` (forward; ``cut_back_ms`` the gradients');
+    ``step_bytes``: what the last stage holds for the whole step (outputs and targets)."""
 
     forward_ms: Sequence[float]
     backward_ms: Sequence[float]
@@ -64,6 +65,7 @@ class SegmentCosts:
     activation_bytes: Sequence[float] | None = None
     cut_ms: Sequence[float] | None = None
     cut_back_ms: Sequence[float] | None = None
+    step_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.forward_ms)
@@ -190,7 +192,7 @@ def evaluate(c: SegmentCosts, cuts: Sequence[int], schedule: str, ranks: int, mi
     b = sp.bounds(cuts)
     return simulate(schedule, ranks, microbatches, sp.times(cuts), per_rank=per_rank, training=training,
                     transfer_ms=fwd, transfer_back_ms=back,
-                    static_bytes=[sp.ps[j] - sp.ps[i] for i, j in b],
+                    static_bytes=[sp.ps[j] - sp.ps[i] + (c.step_bytes if j == c.n else 0.0) for i, j in b],
                     activation_bytes=[sp.pa[j] - sp.pa[i] for i, j in b])
 
 

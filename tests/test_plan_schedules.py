@@ -37,7 +37,7 @@ def graph():
 @pytest.mark.parametrize("schedule", sorted(SCHEDULES))
 def test_plan_is_the_least_replayed_step_of_every_split(graph, schedule):
     p = plan_graph(graph, k=2, microbatches=4, schedule=schedule)
-    costs = segment_costs(graph)
+    costs = segment_costs(graph, microbatches=4)
     n, v = len(p.names), SCHEDULES[schedule].per_rank
     counts = [1, 2] if v == 1 else [2 * v]
     every = [evaluate(costs, list(cuts), schedule, s // v, 4, v).step_ms
@@ -67,7 +67,7 @@ def test_the_script_runs_the_schedules_class(graph, tmp_path):
 
 
 def test_memory_cap_picks_the_least_step_that_fits(graph):
-    costs = segment_costs(graph)
+    costs = segment_costs(graph, microbatches=4)
     n = len(graph.meta["segments"]["names"])
     every = [evaluate(costs, list(cuts), "gpipe", s, 4) for s in (1, 2) for cuts in itertools.combinations(range(1, n), s - 1)]
     peaks = sorted({max(e.rank_peak_bytes) for e in every})

@@ -503,6 +503,8 @@ class SegmentTimes:
     device: str = "cpu"
     #: The backward for the segment's inputs alone (zero-bubble schedules' ``I``; ``W`` is the rest).
     backward_input_ms: list[float] = field(default_factory=list)
+    #: Bytes of each segment's outputs (the last one's are the model's: the loss keeps them).
+    output_bytes: list[int] = field(default_factory=list)
 
 
 def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
@@ -629,7 +631,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     n = cap.num_segments
-    fwd, bwd, acts, bin_ = [0.0] * n, [0.0] * n, [0] * n, [0.0] * n
+    fwd, bwd, acts, bin_, outb = [0.0] * n, [0.0] * n, [0] * n, [0.0] * n, [0] * n
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
     try:
         for i, m, args, src in _run_in_order(cap, example):
@@ -653,6 +655,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                         with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
                             out.append(m(*xs))
                         acts[i] = int(meter.total if training else _bytes(out[0]))
+                        outb[i] = _bytes(out[0])
                     else:
                         t = clock(lambda: out.append(m(*xs)))
                 if r >= warmup:
@@ -680,7 +683,8 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
         torch.set_num_threads(before)
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
-                        input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_)
+                        input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_,
+                        output_bytes=outb)
 
 
 def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES_PER_S,
@@ -739,7 +743,7 @@ def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES
         "segments": {"names": list(cap.names), "param_bytes": times.param_bytes, "grad_bytes": times.grad_bytes,
                      "activation_bytes": times.activation_bytes, "forward_ms": times.forward_ms,
                      "backward_ms": times.backward_ms, "input_bytes": times.input_bytes,
-                     "backward_input_ms": times.backward_input_ms},
+                     "backward_input_ms": times.backward_input_ms, "output_bytes": times.output_bytes},
         "tied": {k: v for k, v in cap.tied.items()}, "leaf_modules": list(cap.leaf_modules),
     }
     kind = "training" if times.training else "inference"

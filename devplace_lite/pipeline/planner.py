@@ -117,7 +117,7 @@ def in_flight(schedule: str, microbatches: int, stages: int, stage: int, trainin
     return min(microbatches, stages - stage) if schedule == "1f1b" else microbatches
 
 
-def segment_costs(graph: Graph, optimizer: str = "none") -> SegmentCosts:
+def segment_costs(graph: Graph, optimizer: str = "none", microbatches: int = 1) -> SegmentCosts:
     """The segments' times, bytes and cut transfer times, as `devplace_lite.schedule_search` takes them.
 
     ``I`` is the measured inputs-only backward (``W`` the rest of the backward); a graph measured
@@ -153,7 +153,16 @@ def segment_costs(graph: Graph, optimizer: str = "none") -> SegmentCosts:
                 back[c] += comm[u]
     return SegmentCosts(forward_ms=list(seg["forward_ms"]), backward_ms=list(seg["backward_ms"]) if training else
                         [0.0] * n, input_ms=list(bi) if training else None, static_bytes=static,
-                        activation_bytes=list(seg["activation_bytes"]), cut_ms=cut, cut_back_ms=back)
+                        activation_bytes=list(seg["activation_bytes"]), cut_ms=cut, cut_back_ms=back,
+                        step_bytes=_loss_bytes(seg, microbatches) if training else 0.0)
+
+
+def _loss_bytes(seg: dict, microbatches: int) -> float:
+    """What the last stage holds for the whole step in training: torch's schedule keeps every
+    micro-batch's output (to merge them) and its target chunk (a view of the batch's), and the
+    loss saves both, so they count as saved activations from the first micro-batch to the end."""
+    out = seg.get("output_bytes") or []
+    return 2.0 * microbatches * float(out[-1]) if out else 0.0
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -278,7 +287,7 @@ class PipelinePlan:
     @property
     def costs(self) -> SegmentCosts:
         if getattr(self, "_costs", None) is None:
-            self._costs = segment_costs(self.graph, self.optimizer)
+            self._costs = segment_costs(self.graph, self.optimizer, self.microbatches)
         return self._costs
 
     def simulation(self):
@@ -407,7 +416,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     elif memory is None:
         raise GraphError(f"method {method} found no split")
     t1 = time.perf_counter()
-    costs = segment_costs(graph, optimizer)
+    costs = segment_costs(graph, optimizer, microbatches)
     found = search(costs, schedule, k, microbatches, per_rank=v, training=graph.is_training,
                    memory=memory, start=start, time_limit=time_limit)
     if found.stage_of is None:

@@ -1,0 +1,151 @@
+"""Every torch schedule, forecast and measured, on models nobody here wrote.
+
+For each external model (`devplace_lite.zoo.external`: torchvision, timm, Hugging Face encoder,
+decoder and encoder-decoder; random weights from configs), training, batch 8 in 4 micro-batches,
+``k = 2`` ranks (two processes on the machine's two cores), the model is profiled once and for
+each schedule (GPipe, 1F1B, interleaved 1F1B and ZB-V by default: two ranks of one or two
+stages) `devplace plan`'s split is run under torchrun with torch's own schedule class (gloo).
+Recorded per case:
+
+* **forecast step**: the replay of torch's action order with the profile's stage times
+  (thread CPU time of one micro-batch's F, B, I, W per stage);
+* **measured replay**: the same replay with the run's own least CPU time of every stage and
+  action kind: what the step takes with one free core per rank. forecast / measured replay is
+  the forecast's error that a quiet machine would show, with the load taken out;
+* **wall step**: the median wall time of the run's steps (the machine's load included);
+* **peak memory per rank**: parameters, gradients and the high-water mark of saved activations
+  in the run, over the forecast's (the replay's live activations per rank).
+
+Writes ``results.json`` (with the last case's measured and forecast events, for a Gantt chart)
+and the table in ``README.md``. Benchmarks measure; nothing asserts.
+
+    python -m benchmarks.schedules.run                       # eight models, four schedules
+    python -m benchmarks.schedules.run --models gpt2 --schedules zbv dualpipev
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results.json"
+K, MICRO, BATCH = 2, 4, 8
+SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "zbv"]
+
+
+def _load_avg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
+    from devplace_lite.pipeline.planner import _profile, plan_graph
+    from devplace_lite.pipeline.torchrun import launch
+    from devplace_lite.zoo import external, load
+
+    spec = f"devplace_lite.zoo.external:{name}"
+    model, inputs = load(spec, batch=BATCH)
+    graph, _, _ = _profile(model, inputs, MICRO, True, "block", 3, 1, spec, "cpu")
+    rows = []
+    for sched in schedules:
+        row: dict[str, Any] = {"model": name, "family": external.MODELS[name], "schedule": sched,
+                               "segments": len(graph.meta["segments"]["names"]), "load_before": _load_avg()}
+        try:
+            p = plan_graph(graph, k=K, microbatches=MICRO, schedule=sched, batch=BATCH, time_limit=10)
+            p.model_spec = spec
+            sim = p.simulation()
+            with tempfile.TemporaryDirectory(prefix="devplace-sched-") as tmp:
+                run = launch(p.write(tmp)["plan"], steps=steps, warmup=1, timeout=900)
+            row.update(stages=p.num_stages, ranks=p.ranks, search=p.search.to_json(), split_points=p.split_points,
+                       forecast_step_ms=sim.step_ms, forecast_rank_peak_bytes=sim.rank_peak_bytes,
+                       forecast_events=[[r, a.kind, a.stage, a.microbatch, s, e] for r, a, s, e in sim.events],
+                       forecast_stage_cpu_ms=p.compute_ms, measured_stage_cpu_ms=run["stage_cpu_ms"],
+                       measured_replay_ms=run["step_cpu_replay_ms"], wall_step_ms=run["step_ms"],
+                       wall_steps_ms=run["steps_ms"], measured_peak_bytes=run["peak_memory"],
+                       measured_events=run["events"])
+            row["time_ratio"] = sim.step_ms / run["step_cpu_replay_ms"]
+            row["memory_ratios"] = [f / m for f, m in zip(sim.rank_peak_bytes, run["peak_memory"])]
+        except Exception as e:  # a failed case is a row that says why, not a lost benchmark
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        row["load_after"] = _load_avg()
+        rows.append(row)
+        print(f"   {sched}: " + (row.get("error") or f"forecast {row['forecast_step_ms']:.1f} ms, replay "
+                                  f"{row['measured_replay_ms']:.1f} ms, wall {row['wall_step_ms']:.1f} ms, memory "
+                                  + ", ".join(f"{x:.2f}" for x in row["memory_ratios"])), flush=True)
+    return rows
+
+
+def _err(x: float) -> float:
+    return abs(x - 1.0)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| model | family | schedule | stages x ranks | split | forecast step ms | measured replay ms | "
+            "forecast / replay | wall step ms | memory forecast / measured per rank |\n"
+            "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
+    lines = [head]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['family']} | {r['schedule']} | | failed: {r['error']} | | | | | |")
+            continue
+        lines.append(f"| {r['model']} | {r['family']} | {r['schedule']} | {r['stages']} x {r['ranks']} | "
+                     f"{r['search']['status']} | {r['forecast_step_ms']:.1f} | {r['measured_replay_ms']:.1f} | "
+                     f"{r['time_ratio']:.2f} | {r['wall_step_ms']:.0f} | "
+                     + ", ".join(f"{x:.2f}" for x in r["memory_ratios"]) + " |")
+    ok = [r for r in rows if "error" not in r]
+    if ok:
+        t = sorted(_err(r["time_ratio"]) for r in ok)
+        m = sorted(_err(x) for r in ok for x in r["memory_ratios"])
+        lines.append("")
+        lines.append(f"Step time, forecast against the replay of the run's CPU times: median error "
+                     f"{100 * statistics.median(t):.1f} %, worst {100 * t[-1]:.1f} % over {len(t)} runs "
+                     "(targets 15 % and 25 %). Peak memory per rank: median error "
+                     f"{100 * statistics.median(m):.1f} %, worst {100 * m[-1]:.1f} % over {len(m)} ranks "
+                     "(targets 15 % and 25 %).")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from devplace_lite.zoo import external
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*", default=list(external.MODELS), help="external model names")
+    ap.add_argument("--schedules", nargs="*", default=SCHEDULES, help="schedules to run (default: four)")
+    ap.add_argument("--steps", type=int, default=3, help="measured steps per torchrun run (default 3)")
+    ap.add_argument("--out", default=str(RESULTS), help="results JSON (default: beside this file)")
+    args = ap.parse_args(argv)
+    import torch
+
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for name in args.models:
+        print(f"-- {name}", flush=True)
+        try:
+            rows += case(name, args.schedules, args.steps)
+        except Exception as e:
+            rows.append({"model": name, "family": external.MODELS.get(name, "?"), "schedule": "-",
+                         "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
+    meta = {"machine": f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores), shared",
+            "torch": torch.__version__, "python": platform.python_version(),
+            "command": "python -m benchmarks.schedules.run " + shlex.join(sys.argv[1:] if argv is None else argv),
+            "seconds": time.perf_counter() - t0, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "k": K, "microbatches": MICRO, "batch": BATCH, "clock": "thread CPU time, one thread per rank"}
+    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
