@@ -450,18 +450,34 @@ def simulate(schedule: str, ranks: int, microbatches: int, times: Mapping[str, S
                   transfer_back_ms=transfer_back_ms, static_bytes=static_bytes, activation_bytes=activation_bytes)
 
 
+def run_events(events: Sequence[Sequence[Sequence[Any]]]) -> list[tuple[int, Action, float, float]]:
+    """A torchrun run's ``events`` (per rank: ``[kind, stage, micro-batch, start ms, end ms]``
+    of its last step, wall clock from the step's start) in a `Simulation`'s shape.
+
+    Examples
+    --------
+    >>> run_events([[["F", 0, 0, 0.0, 1.5]], [["F", 1, 0, 2.0, 3.0]]])[1]
+    (1, Action(kind='F', stage=1, microbatch=0), 2.0, 3.0)
+    """
+    out = [(r, Action(str(k), int(s), int(j)), float(a), float(b)) for r, evs in enumerate(events)
+           for k, s, j, a, b in evs]
+    return sorted(out, key=lambda ev: (ev[2], ev[0]))
+
+
 #: Colours of the action kinds in `gantt_tasks`.
 KIND_COLORS = {"F": "#8fb8de", "B": "#f4a582", "I": "#f4a582", "W": "#b8e186"}
 
 
 def gantt_tasks(events: Sequence[tuple[int, Action, float, float]], prefix: str = "rank") -> list[tuple]:
     """``events`` of a `Simulation` (or measured ones, same shape) as `devplace_lite.plot.gantt` tasks."""
-    return [(f"{prefix} {r}", s, e - s, f"{a.kind}{a.microbatch}", KIND_COLORS[a.kind]) for r, a, s, e in events]
+    return [(f"{prefix} {r}", s, e - s, str(a), KIND_COLORS[a.kind]) for r, a, s, e in events]
 
 
 def plot_gantt(forecast: Simulation, measured: Sequence[tuple[int, Action, float, float]] | None = None,
-               title: str = "", ax: Any = None) -> Any:
-    """Draw the forecast's Gantt chart, and the measured events' below it on the same time axis.
+               title: str = "", ax: Any = None, sharex: bool = True) -> Any:
+    """Draw the forecast's Gantt chart, and the measured events' below it (on the same time
+    axis unless ``sharex=False``, for a run whose wall clock a loaded machine stretched).
+    Boxes are labelled ``F0@3``: kind, micro-batch, stage.
 
     Returns the matplotlib figure (imported here only).
     """
@@ -471,7 +487,7 @@ def plot_gantt(forecast: Simulation, measured: Sequence[tuple[int, Action, float
 
     rows = 2 if measured is not None else 1
     if ax is None:
-        fig, axes = plt.subplots(rows, 1, figsize=(9, 1.2 + 0.5 * len(forecast.rank_busy_ms) * rows), sharex=True,
+        fig, axes = plt.subplots(rows, 1, figsize=(9, 1.2 + 0.5 * len(forecast.rank_busy_ms) * rows), sharex=sharex,
                                  squeeze=False)
         axes = list(axes[:, 0])
     else:

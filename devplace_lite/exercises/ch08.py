@@ -247,3 +247,59 @@ register(id="08.4", name="my_bubble_from_events", title="idle share of a measure
          forbidden=("devplace_lite.schedule:busy_fraction", "devplace_lite.pipeline"),
          hint="the stages are busy for the sum of the durations (the fifth field); the step offers "
               "stages x step_ms of stage time")
+
+# -- 08.5  a schedule's forecast: step time and peak memory ----------------------------------------
+
+
+def one_f_one_b_forecast(forward, backward, static_bytes, activation_bytes, microbatches: int):
+    """``(step_ms, peak bytes per stage)`` of a 1F1B training step on paper: the replay of torch's
+    own order (`devplace_lite.schedule_sim`), a stage holding its static bytes and each
+    micro-batch's activations from its forward to its backward."""
+    from ..schedule_sim import simulate
+
+    p = len(forward)
+    sim = simulate("1f1b", p, int(microbatches), {"F": list(forward), "B": list(backward)},
+                   static_bytes=list(static_bytes), activation_bytes=list(activation_bytes))
+    return sim.step_ms, np.asarray(sim.rank_peak_bytes)
+
+
+def _forecast_cases(rng: np.random.Generator, i: int) -> Case:
+    fixed = [([1.0, 1.0], [2.0, 2.0], [100, 100], [10, 10], 4), ([1.0, 2.0, 1.5], [2.0, 3.0, 2.5], [50, 0, 70],
+                                                                   [8, 4, 6], 5)]
+    if i < len(fixed):
+        f, b, st, act, m = fixed[i]
+    else:
+        p = int(rng.integers(2, 6))
+        m = p + int(rng.integers(0, 6))
+        f = np.round(rng.lognormal(0.0, 0.5, size=p), 3).tolist()
+        b = np.round(np.asarray(f) * rng.uniform(1.0, 3.0, size=p), 3).tolist()
+        st = rng.integers(0, 1000, size=p).tolist()
+        act = rng.integers(1, 200, size=p).tolist()
+    return Case((f, b, st, act, m), text=f"forward = {f}; backward = {b}; static_bytes = {st}; "
+                                         f"activation_bytes = {act}; microbatches = {m}")
+
+
+def _pair(expected, got) -> str | None:
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return f"expected a pair (step_ms, peaks per stage), got {_short(got)}"
+    return close()(expected[0], got[0]) or close()(np.asarray(expected[1], float), np.asarray(got[1], float))
+
+
+def _forecast_slips(case: Case) -> list:
+    f, b, st, act, m = case.args
+    step, _ = one_f_one_b_forecast(f, b, st, act, m)
+    p = len(f)
+    return [((step, [s + m * a for s, a in zip(st, act)]),
+             "that keeps all m micro-batches on every stage, GPipe's memory: under 1F1B stage s holds at most "
+             "p - s of them"),
+            ((step, [s + a for s, a in zip(st, act)]),
+             "each stage holds several micro-batches at its peak: those forwarded but not yet backwarded"),
+            ((step, [min(m, p - s) * a for s, a in enumerate(act)]),
+             "add the static bytes (weights, gradients, optimizer state)")]
+
+
+register(id="08.5", name="my_1f1b_forecast", title="a schedule's forecast: step time and peak memory per stage",
+         reference=one_f_one_b_forecast, cases=_forecast_cases, compare=_pair, slips=_forecast_slips, fixed=2, n=20,
+         forbidden=("devplace_lite.schedule_sim", "devplace_lite.schedule_search", "devplace_lite.pipeline"),
+         hint="replay the boxes as in my_1f1b_step and, per stage, count the micro-batches forwarded and not yet "
+              "backwarded at each moment: the peak is the static bytes plus the most of them times the activations")

@@ -283,7 +283,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             if it >= args.warmup:
                 steps.append((t0, t1))
             if it == args.warmup + args.steps - 1:  # the last step's actions, for a Gantt chart
-                events = [(k, s, c, a - t0, b - t0) for k, a, b, _, s, c in record if a >= t0]
+                events = [(k, s, c, 1e3 * (a - t0), 1e3 * (b - t0)) for k, a, b, _, s, c in record if a >= t0]
         rec: dict[str, Any] = {
             "rank": rank, "world": world, "host": socket.gethostname(), "device": str(device),
             "backend": dist.get_backend(), "steps": steps,
