@@ -141,9 +141,18 @@ own schedule class (gloo, one thread per rank). Columns:
   the last stage's outputs and targets held for the step) over the measured one (parameters,
   gradients and the high-water mark of saved tensors in the run).
 
-Known deviation: under the zero-bubble schedules the input-gradient pass keeps intermediate
-gradients for the weight pass, which the forecast does not count (the second rank of ZB-V reads
-about 0.8).
+Known deviations and failures:
+
+* under the zero-bubble schedules the input-gradient pass keeps intermediate gradients for the
+  weight pass, which the forecast does not count (the second rank of ZB-V reads about 0.8);
+* torch 2.13's zero-bubble path detaches stage outputs in place after the input-gradient pass;
+  where a later operator saved that output (the in-place ReLU of ResNet and MobileNet) autograd
+  refuses (`Trying to use a saved tensor that has been detached in-place`): those ZB-V runs fail
+  in torch itself, before any forecast is involved (the in-place detach is discussed in
+  pytorch/pytorch#142237 and #143589);
+* the time ratios rest on CPU times measured with the machine loaded (load 15-28 on 2 cores):
+  the least of a few micro-batches per stage, in the profile and in the run, still moves by
+  10-30 % between repetitions, which is most of the error below.
 
 ![forecast against measured, GPT-2 under ZB-V](gantt.png)
 

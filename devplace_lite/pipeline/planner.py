@@ -17,13 +17,20 @@ How
    comes from the library's best bound (`devplace_lite.bounds.best.best_bound`) on the graph
    without those edges, which bounds every chain of ideals of the segments, hence also the
    plan; the gap is ``(objective - bound) / objective``.
-3. Memory of stage ``s`` of ``p`` under the schedule: its parameters (a tied weight counts on
-   every stage holding a copy), their gradients and optimizer state when training, and the
-   activations autograd keeps per micro-batch times the micro-batches in flight: all ``m`` with
-   GPipe, ``min(m, p - s)`` with 1F1B, one in inference. With a memory cap the DP searches
-   under a conservative additive form of it (every stage counted with the largest in-flight
-   count); a plan over the cap after that is refused in one line that says the way out.
-4. Tied weights: a parameter read by segments on different stages is *replicated* by
+3. The schedule: torch's action order for it (any of torch 2.13's seven,
+   `devplace_lite.schedule_sim`) is replayed with the segments' measured ``F``, ``B`` and
+   ``I`` times (``W = B - I``) and the transfers of each cut; the split with the least replayed
+   step is the plan's (`devplace_lite.schedule_search`: proven by enumeration in bound order, or
+   a local search with its bound and gap), its stages on ranks as torch's class places them.
+   The DP's least bottleneck and its bound stay in the plan as ``result`` and ``bound``.
+4. Memory of each rank under the schedule, from the same replay: its stages' parameters (a tied
+   weight counts on every stage holding a copy), their gradients and optimizer state when
+   training, the activations autograd keeps per micro-batch for the micro-batches in flight
+   (all ``m`` with GPipe, ``min(m, p - s)`` with 1F1B), and on the last stage every
+   micro-batch's output and target, which the schedule keeps for the step. With a memory cap
+   the split search rules out every split over it; none left is refused in one line that says
+   the way out.
+5. Tied weights: a parameter read by segments on different stages is *replicated* by
    `torch.distributed.pipelining`; the plan lists it, and the run sums its gradients over the
    stages holding it (an all-reduce in a group of those ranks), which keeps training exact.
 

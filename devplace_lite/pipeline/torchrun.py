@@ -2,10 +2,12 @@
 
 Problem: a plan (`devplace_lite.pipeline.planner`) names the module FQNs where stages begin.
 Run those stages with PyTorch's own engine the way a practitioner launches a job: ``torchrun``
-starts one process per stage on every node, they meet through the ``env://`` rendezvous, each
+starts one process per rank on every node, they meet through the ``env://`` rendezvous, each
 builds the whole model, lets ``torch.distributed.pipelining.pipeline`` cut it at the split
-points and keeps its own stage, and the schedule (``ScheduleGPipe`` / ``Schedule1F1B``) moves
-micro-batches between ranks (gloo on CPU, NCCL on GPUs).
+points and keeps its own stages (one, or several for the interleaved and V schedules, placed as
+the plan's ``stage_to_rank`` says, which is torch's own placement), and the plan's schedule
+class (any of torch 2.13's seven, `devplace_lite.schedule_sim.SCHEDULES`) moves micro-batches
+between ranks (gloo on CPU, NCCL on GPUs; the NCCL path is the same code, never run here).
 
 `write_script` writes ``run_pipeline.py`` beside ``plan.json``: the split points as
 ``SplitPoint.BEGINNING`` and a call of `main`, which every rank runs. `launch` starts torchrun
@@ -13,10 +15,11 @@ here (``nodes=2`` runs two torchrun "nodes" on loopback, ``--nnodes 2 --node-ran
 --rdzv-endpoint 127.0.0.1:PORT``, the multi-machine path on one machine) and gathers what the
 ranks wrote:
 
-* per stage, the CPU time of one micro-batch's forward and backward on the stage's thread
-  (the least over micro-batches and steps: a shared machine's load does not inflate it), and
-  the wall time of each step;
-* per stage, the peak memory: parameters, their gradients when training, and the high-water
+* per stage and action kind (``F``, ``B``, or ``I`` and ``W`` where the schedule splits the
+  backward), the CPU time of one micro-batch on the rank's thread (the least over micro-batches
+  and steps: a shared machine's load does not inflate it), the wall time of each step, the last
+  step's actions (for a Gantt chart), and the schedule's replay with those CPU times;
+* per rank, the peak memory: parameters, their gradients when training, and the high-water
   mark of the activations autograd saves, counted in the first step (the counting hooks cost
   CPU time, so the measured steps run without them);
 * with ``check``: the last stage's outputs against the unsplit model's, every stage's parameter
