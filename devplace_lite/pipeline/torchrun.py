@@ -122,12 +122,22 @@ def _contiguous(values: Any) -> Any:
     return tuple(v.contiguous() if isinstance(v, torch.Tensor) else v for v in values)
 
 
-def _instrument(stage: Any, record: list, cuda: bool = False) -> None:
+def _fresh_copies(values: Any) -> Any:
+    import torch
+
+    return tuple(v.clone(memory_format=torch.contiguous_format) if isinstance(v, torch.Tensor) else v
+                 for v in values)
+
+
+def _instrument(stage: Any, record: list, cuda: bool = False, fresh: bool = False) -> None:
     """Record ``(kind, start, end, ms, stage, chunk)`` of every action the stage runs (kind
     ``F``, ``B``, or ``I`` and ``W`` when a zero-bubble schedule splits the backward; ms: the
     thread's CPU time on CPU, on a GPU the wall time up to a device synchronise), and hand on
     contiguous tensors: gloo sends contiguous memory only, while a stage's outputs and its
-    inputs' gradients may come out of the model or autograd with any strides."""
+    inputs' gradients may come out of the model or autograd with any strides. ``fresh`` (the
+    zero-bubble schedules): a stage's outputs are copied, because torch 2.13's input-gradient
+    pass detaches them in place, which autograd refuses for a view or for a tensor a later
+    operator of the stage saved (an in-place ReLU's output)."""
     import torch
 
     for kind, name in (("F", "forward_one_chunk"), ("B", "backward_one_chunk"), ("W", "backward_weight_one_chunk")):
@@ -143,7 +153,7 @@ def _instrument(stage: Any, record: list, cuda: bool = False) -> None:
                 c0 = time.thread_time() - (time.perf_counter() - t0)  # report the wall time
             if _kind == "F" and chunk in stage.fwd_cache:
                 outputs, rest = stage.fwd_cache[chunk]
-                stage.fwd_cache[chunk] = (_contiguous(outputs), rest)
+                stage.fwd_cache[chunk] = (_fresh_copies(outputs) if fresh else _contiguous(outputs), rest)
             elif _kind in ("B", "I") and chunk in stage.bwd_cache:
                 stage.bwd_cache[chunk] = _contiguous(stage.bwd_cache[chunk])
             record.append((_kind, t0, time.perf_counter(), (time.thread_time() - c0) * 1e3, stage.stage_index, chunk))
@@ -232,8 +242,9 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
                 raise GraphError(f"the split points give {pipe.num_stages} stages, not {n_stages}")
             stages, order = [pipe.build_stage(s, device) for s in mine], first_stage_inputs(pipe)
         record: list = []
+        split_backward = SCHEDULES[plan["schedule"]].split_backward
         for st in stages:
-            _instrument(st, record, cuda)
+            _instrument(st, record, cuda, fresh=split_backward and training)
             _no_self_pairs(st, rank)
         target = None
         if training:
