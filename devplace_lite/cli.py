@@ -10,7 +10,7 @@ Errors: one line on stderr naming the problem, exit status 2, no traceback. Ctrl
 after removing what was half-written. While a command runs, file descriptor 1 points at
 /dev/null and only the command's own answer reaches stdout (`_stdout_for_answers`): a solver's
 console output cannot break a ``--json`` answer. ``--time-limit`` is the wall time of the whole
-command, from the start of `main` (see `_solve`). A run that lasts more than two seconds shows a
+command, from the start of `main` (`devplace_lite.solve`). A run that lasts more than two seconds shows a
 progress bar on stderr (`devplace_lite.progress`), unless ``--quiet``.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import math
 import os
 import pkgutil
 import signal
@@ -31,27 +30,16 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import methods, options, progress
+from . import methods, options, progress, solve
 from .commands import emit, print_json
 from .cost import evaluate
 from .devices import Cluster
-from .errors import DevplaceError, LimitError, UsageError
+from .errors import DevplaceError, UsageError
 from .files import check_apart, check_output
 from .io import load_graph, load_placement, save_graph
 
-#: Seconds a method gets at least, however little of ``--time-limit`` loading the graph left.
-MIN_SLICE = 0.01
 #: Largest graph whose width ``info`` computes (a max-flow: 33 s of 66 at 10^6 nodes).
 WIDTH_NODES = 250_000
-#: Default seconds of ``partition``'s certifying bound (``--bound-time``).
-BOUND_TIME = 5.0
-#: The share of what is left of ``--time-limit`` kept for the certifying bound, at most.
-BOUND_SHARE = 0.2
-#: The share of ``--time-limit`` (at most one second) kept for the answer and the interpreter's exit.
-EXIT_SHARE = 0.1
-#: Seconds of ``bound``'s limit that its method does not get, so that it stops by itself (a HiGHS
-#: child is killed `devplace_lite.mip.solve.KILL_GRACE` past its limit) before the command stops it.
-STOP_GRACE = 1.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,15 +51,6 @@ def _say(note: dict | None) -> None:
     """A text answer's line on what was clamped (stderr: stdout keeps the answer)."""
     if note:
         print(options.clamp_message(note), file=sys.stderr)
-
-
-def _left(args: argparse.Namespace) -> float | None:
-    """Seconds left of ``--time-limit`` (None: no limit), less `EXIT_SHARE` of it (at most a
-    second) kept for printing the answer and leaving the interpreter; never below `MIN_SLICE`."""
-    if args.time_limit is None:
-        return None
-    keep = min(EXIT_SHARE * args.time_limit, 1.0)
-    return max(args.time_limit - keep - (time.monotonic() - args.started), MIN_SLICE)
 
 
 def _fmt(x: float | None) -> str:
@@ -143,24 +122,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- partition / latency ----------------------------------------------------------------------
-def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int:
-    """Run a partition or latency method. With ``--time-limit T`` the whole command takes about
-    T seconds: the method gets what loading left, less the certifying bound's share (at most
-    `BOUND_SHARE` of it, at most ``--bound-time``); the bound then gets what the method left,
-    at most ``--bound-time``."""
+# -- partition / latency / bound: the library's front door (`devplace_lite.solve`) ------------------
+def _solve(registry: dict[str, methods.Method], args: argparse.Namespace) -> int:
+    """Run a partition or latency method through `solve` (budget, certificate, status); print."""
     g = load_graph(args.graph)
     c, note = options.cluster_from_args(g, args)
-    fn = methods.resolve(registry, args.method, what)
-    left = _left(args)
-    reserve = min(args.bound_time, BOUND_SHARE * left) if left is not None else 0.0
-    res = fn(g, c, time_limit=None if left is None else max(left - reserve, MIN_SLICE), seed=args.seed)
-    left = _left(args)
-    seconds = args.bound_time if left is None else min(args.bound_time, left - MIN_SLICE)
-    if registry is methods.PARTITION:
-        _certify(res, seconds, registry[args.method].split)
-    else:
-        _certify_latency(res, seconds)
+    run = solve.partition if registry is methods.PARTITION else solve.latency
+    res = run(g, c, args.method, time_limit=args.time_limit, bound_time=args.bound_time, seed=args.seed,
+              started=args.started)
     if note:
         res.extra["clamped"] = note
     out = res.to_json()
@@ -176,98 +145,18 @@ def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int
     return 0
 
 
-def _certify(res, seconds: float, split: str) -> None:
-    """Raise ``res.bound`` to the best bound the library proves in ``seconds``, so that the
-    answer's ``gap`` says how far from optimal it can be. The bound is on the optimum of the
-    splits the method searches (``split``, its registry entry): the chain optimum for pipeline
-    methods, the optimum over all placements otherwise (which also bounds the contiguous
-    optimum; a chain bound would not: a contiguous split can beat every chain)."""
-    if not _needs_bound(res, seconds):
-        return
-    from .bounds.best import best_bound  # not imported for an answer that needs no bound (cold start)
-
-    kind = res.extra["bound_kind"] = "chain" if split == "chain" else "any"
-    _raise_bound(res, seconds, lambda report: best_bound(res.graph, res.cluster, time_limit=seconds, kind=kind,
-                                                         upper=res.objective, on_progress=report))
-
-
-def _certify_latency(res, seconds: float) -> None:
-    """`_certify` for a latency answer: the cheap bounds (critical path, work), then the path
-    and interval programs of `latency_bounds` (valid for the answer's ``q`` calls per
-    accelerator), which keep an ``n x n`` table and so stop at `latency.REACH_NODES`."""
-    if not _needs_bound(res, seconds):
-        return
-    from .bounds.bound import Bound
-    from .latency_bounds import critical_path_bound, ready_bounds, work_bound
-
-    def prove(report) -> Bound:
-        t0 = time.perf_counter()
-        best = max((critical_path_bound(res.graph, res.cluster), "critical-path"),
-                   (work_bound(res.graph, res.cluster), "work"))
-        report(Bound(best[0], best[1], time.perf_counter() - t0, "time_limit", kind="any"))
-        try:
-            path = ready_bounds(res.graph, res.cluster, int(res.extra.get("q", 1))).bound
-        except LimitError:  # too many nodes for the n x n table: the cheap bounds stand
-            path = -math.inf
-        best = max(best, (path, "path"))
-        return Bound(best[0], best[1], time.perf_counter() - t0, "time_limit", kind="any")
-
-    _raise_bound(res, seconds, prove)
-
-
-def _needs_bound(res, seconds: float) -> bool:
-    """Skipped when the method proved optimality itself (no solver runs twice), found no
-    feasible placement (an infeasible split's load bounds nothing) or no time is left."""
-    return res.status in ("feasible", "time_limit") and res.assignment is not None and seconds > 0
-
-
-def _raise_bound(res, seconds: float, prove) -> None:
-    """Run ``prove(report)`` (a `Bound`) for at most ``seconds`` and raise ``res.bound`` to it;
-    stopped midway, keep the last bound it reported."""
-    proven: list = []
-    try:
-        with _overtime_after(seconds + OVERTIME_GRACE):
-            b = prove(proven.append)
-    except _Overtime:  # building a bound's model can outlast its limit on huge graphs: keep what it proved
-        res.extra["bound_skipped"] = f"the certifying bound was stopped after {seconds:.3g} s"
-        if not proven:
-            return
-        b = proven[-1]
-    if math.isfinite(b.bound) and (res.bound is None or b.bound > res.bound):
-        res.bound = b.bound
-        res.extra["bound_method"] = b.method
-
-
 def cmd_partition(args: argparse.Namespace) -> int:
-    return _solve(methods.PARTITION, "method", args)
+    return _solve(methods.PARTITION, args)
 
 
 def cmd_latency(args: argparse.Namespace) -> int:
-    return _solve(methods.LATENCY, "latency method", args)
+    return _solve(methods.LATENCY, args)
 
 
-# -- bound ----------------------------------------------------------------------------------
 def cmd_bound(args: argparse.Namespace) -> int:
     g = load_graph(args.graph)
     c, note = options.cluster_from_args(g, args)
-    fn = methods.resolve(methods.BOUND, args.method, "bound method")
-    left = _left(args)
-    proven: list = []
-    kw = {"on_progress": proven.append} if "on_progress" in (getattr(fn, "__kwdefaults__", None) or {}) else {}
-    try:
-        # the method gets the limit less STOP_GRACE (at most half of it): a HiGHS child killed at its
-        # own limit (KILL_GRACE past it) then answers before the stop below fires and loses its bound
-        limit = None if left is None else max(left - min(STOP_GRACE, 0.5 * left), MIN_SLICE)
-        with contextlib.nullcontext() if left is None else _overtime_after(left):
-            b = fn(g, c, time_limit=limit, **kw)
-    except _Overtime:  # its models outlasted the limit on a huge graph: what it proved, else the
-        from .bounds.combinatorial import node_bound  # bound every placement obeys
-
-        b = proven[-1] if proven else node_bound(g, c)
-        b.status = "time_limit" if b.status == "trivial" else b.status
-        b.extra["stopped"] = (f"{args.method} was stopped at the time limit: "
-                              + ("the bound is what its finished steps proved" if proven else "it proved no bound"))
-    out = b.to_json() if hasattr(b, "to_json") else dict(b)
+    out = solve.bound(g, c, args.method, time_limit=args.time_limit, started=args.started).to_json()
     if note:
         out["clamped"] = note
     if args.json:
@@ -327,10 +216,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         s.add_argument("--out", help="also write the JSON answer to this file (atomically; not an input)")
         s.add_argument("--json", action="store_true")
         _quiet(s)
-        s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=BOUND_TIME, metavar="S",
+        s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=solve.BOUND_TIME, metavar="S",
                        help=f"seconds for the library's best lower bound behind the gap field, run after a "
-                            f"method that did not prove optimality (default {BOUND_TIME:g}; 0: skip). With "
-                            f"--time-limit it fits inside that limit: at most {BOUND_SHARE * 100:.0f}%% of it is kept "
+                            f"method that did not prove optimality (default {solve.BOUND_TIME:g}; 0: skip). With "
+                            f"--time-limit it fits inside that limit: at most {solve.BOUND_SHARE * 100:.0f}%% of it is kept "
                             "for the bound, and the bound gets what the method left")
         s.set_defaults(func=func)
 
@@ -357,34 +246,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         mod.add_arguments(s)
         s.set_defaults(func=mod.run)
     return p
-
-
-class _Overtime(BaseException):
-    """An optional step ran past its seconds (a BaseException: library code does not swallow it)."""
-
-
-#: Seconds past its own limit after which the certifying bound is stopped from outside.
-OVERTIME_GRACE = 0.5
-
-
-@contextlib.contextmanager
-def _overtime_after(seconds: float) -> Iterator[None]:
-    """Raise `_Overtime` in the block once ``seconds`` of wall time pass (main thread, where the
-    platform has interval timers; elsewhere the block runs to its end)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def overtime(signum, frame):
-        raise _Overtime()
-
-    old = signal.signal(signal.SIGALRM, overtime)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 class _Terminated(BaseException):

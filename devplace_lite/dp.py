@@ -72,9 +72,10 @@ import numpy as np
 from .compiled import kernel
 from .cost import evaluate
 from .devices import Cluster
-from .errors import SCALABLE_METHODS, LimitError
+from .errors import LimitError
 from .graph import Graph
 from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
+from .methods import scalable
 from .progress import Progress
 from .result import Result, no_feasible_status
 from .slicing import Slicer
@@ -546,7 +547,7 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
         except LimitError:  # the slicer's own message would name the first step, not the DP
             raise LimitError(f"graph {graph.name}: the DP cannot take a graph this large ({poset.size:,} units; "
                              f"even its first upper bound, one sliced order, passes the slicer's table limit); "
-                             f"use a method that scales ({SCALABLE_METHODS})") from None
+                             f"use a method that scales ({scalable()})") from None
         ideals = enumerate_ideals(poset, limit)
         # the bound is the evaluator's value of the linear split (the DP's own sums may differ in
         # the last bits, and _SLACK covers that)
@@ -584,7 +585,7 @@ def _pipedream_plan(poset: UnitGraph, units: _Units, cluster: Cluster) -> np.nda
     if U * U * (k + 1) * (l_ + 1) > PIPEDREAM_WORK:
         raise LimitError(f"graph {g.name}: PipeDream's planner takes time quadratic in the units, and "
                          f"{U:,} units on {k + l_} devices pass its limit; use a method that scales "
-                         f"({SCALABLE_METHODS})")
+                         f"({scalable()})")
     fwd = ~g.backward
     out = np.zeros(U)
     for u in range(g.n):  # data a unit sends forward: producers with a consumer in another unit

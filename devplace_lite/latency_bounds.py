@@ -1,4 +1,4 @@
-"""Lower bounds on the single-sample latency of `devplace_lite.latency`.
+"""Lower bounds on the single-sample latency of `devplace_lite.latency_model`.
 
 Each bound holds for every split the latency model admits: any placement that respects
 support, CPU times and memory caps, each accelerator running its nodes as convex calls (pieces)
@@ -24,7 +24,8 @@ and a call holding ``a`` and ``v`` holds every node on a path between them.
   whole interval ``I(a, v)``, which must fit in memory exactly, and where the path leaves the
   call at ``v -> w`` every node of ``I(a, v)`` that feeds ``w`` or anything after it sends its
   output (a residual connection cut with its block).
-* `ready_bounds`, `latency_bound`: the best of them, per node and for the latency.
+* `ready_bounds`, `latency_bound`: the best of them, per node and for the latency;
+  `best_latency_bound`: the same as a `Bound`, the certificate of every latency answer.
 * `latency_caps`: upper bounds on each node's ready time in any split of latency at most a
   given ``UB`` (chapter 04's exercise 2), which shrink the big-M rows of the latency IP.
 
@@ -54,12 +55,17 @@ Example
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .devices import Cluster
 from .graph import Graph
+
+if TYPE_CHECKING:
+    from .bounds.bound import Bound
 
 #: Memory levels times calls per path: the size of a node's state in `path_bound`.
 STATE_CELLS = 16384
@@ -232,7 +238,7 @@ def _intervals(graph: Graph, acc_ok: np.ndarray, mem: np.ndarray) -> dict[tuple[
     accelerator time of the nodes a call holding both must also hold, ``v`` and every node on a
     path from ``u`` to ``v`` (calls are convex). Edges whose interval holds a node no
     accelerator runs are left out: their ends never share a call."""
-    from .latency import reachability
+    from .latency_model import reachability
 
     R = reachability(graph)
     out = {}
@@ -277,7 +283,7 @@ def interval_bound(graph: Graph, cluster: Cluster, late: bool = True,
     least of that and ``v``'s CPU finish. ``O(n^3)`` for the interval sums (matrix products),
     ``O(n (n + m))`` for the rest.
     """
-    from .latency import reachability
+    from .latency_model import reachability
 
     n = graph.n
     if n > max_nodes:
@@ -361,3 +367,39 @@ def latency_bound(graph: Graph, cluster: Cluster, q: int = 1) -> tuple[float, st
     cands = [(critical_path_bound(graph, cluster), "critical-path"), (work_bound(graph, cluster), "work"),
              (ready.bound, "path")]
     return max(cands, key=lambda t: t[0])
+
+
+def best_latency_bound(graph: Graph, cluster: Cluster, *, q: int = 1, time_limit: float | None = None,
+                       upper: float | None = None,
+                       on_progress: Callable[["Bound"], None] | None = None) -> "Bound":
+    """Registry entry ``best`` of `devplace_lite.methods.LATENCY_BOUND`: the cheap bounds
+    (critical path, work), reported through ``on_progress``, then `ready_bounds`, which keeps an
+    ``n x n`` table and so stops at `devplace_lite.latency_model.REACH_NODES` nodes (past it the cheap
+    bounds stand). ``time_limit`` is not watched inside (the caller stops a call that outlasts
+    it, keeping the last bound reported); ``upper``: a known latency, which makes the bound's
+    status ``optimal`` when met. The `Bound`'s method names the bound that gave the value.
+
+    >>> from devplace_lite.graph import Node
+    >>> g = Graph([Node(x, p_acc=1.0, p_cpu=10.0, comm=0.5, memory=1.0) for x in "abcd"],
+    ...           [("a", "b"), ("b", "c"), ("c", "d")])
+    >>> b = best_latency_bound(g, Cluster(2, 1, memory=2.0), upper=5.0)
+    >>> b.bound, b.method, b.status
+    (5.0, 'path', 'optimal')
+    """
+    from .bounds.bound import Bound
+    from .errors import LimitError
+
+    t0 = time.perf_counter()
+
+    def found(value: float, name: str) -> Bound:
+        tight = upper is not None and value >= upper * (1 - 1e-9)
+        return Bound(value, name, time.perf_counter() - t0, "optimal" if tight else "time_limit", kind="any")
+
+    best = max((critical_path_bound(graph, cluster), "critical-path"), (work_bound(graph, cluster), "work"))
+    if on_progress is not None:
+        on_progress(found(*best))
+    try:
+        best = max(best, (ready_bounds(graph, cluster, q).bound, "path"))
+    except LimitError:  # too many nodes for the n x n table: the cheap bounds stand
+        pass
+    return found(*best)

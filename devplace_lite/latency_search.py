@@ -1,7 +1,7 @@
 """Latency heuristics: the greedy of Tarnawski et al., the best cut of a topological order into
 calls, and a local search over calls (``devplace latency --method greedy | local-search``).
 
-The problem is that of `devplace_lite.latency` with one call per accelerator (``q = 1``): place
+The problem is that of `devplace_lite.latency_model` with one call per accelerator (``q = 1``): place
 every node on an accelerator or the CPU so that each accelerator's nodes are convex, memory
 caps hold, and the single-sample latency is least. It is NP-hard; these methods find good
 splits fast and prove nothing (a `Result`'s ``bound`` is `devplace_lite.latency_bounds`').
@@ -23,7 +23,7 @@ splits fast and prove nothing (a `Result`'s ``bound`` is `devplace_lite.latency_
   neighbour's device, to the CPU or to a free accelerator; a whole call merged into another or
   sent to the CPU; and re-sequencing: `order_split` on the order in which the current split's
   schedule starts the blocks, kept when it is better. Every move is scored by
-  `devplace_lite.latency.call_latency` (``O(n + m)``); the first improving one is taken, in a
+  `devplace_lite.latency_model.call_latency` (``O(n + m)``); the first improving one is taken, in a
   seeded random order, until none improves. Then kicks (re-sequencing with noise on the start
   times, or a few random moves) followed by the same descent, keeping the best, until the time
   is up (an iterated local search).
@@ -53,7 +53,7 @@ import numpy as np
 from . import methods
 from .devices import Cluster
 from .graph import Graph
-from .latency import call_latency, evaluate_latency, pieces_dict, reentry_pieces
+from .latency_model import call_latency, evaluate_latency, pieces_dict, reentry_pieces
 from .latency_bounds import latency_bound
 from .result import Result, no_feasible_status
 from .units import order_edges, pipeline_units
@@ -62,9 +62,6 @@ from .units import order_edges, pipeline_units
 ROUNDS = 20
 #: Seconds the throughput DP may take for a start when no deadline is given.
 DP_SECONDS = 10.0
-#: Partition methods whose splits seed the latency search: the throughput DP, then cheap ones.
-PARTITION_STARTS = ("dp", "linear", "single", "uniform", "parameters", "time", "greedy", "topo-fill", "pipedream",
-                    "heft")
 
 
 def unit_blocks(graph: Graph) -> list[np.ndarray]:
@@ -304,7 +301,7 @@ def _run_costs(g: Graph, blocks: Blocks, order: np.ndarray, P: np.ndarray) -> np
 # -- starting splits ---------------------------------------------------------------------------------------
 def fit_calls(graph: Graph, cluster: Cluster, a: np.ndarray, q: int = 1) -> np.ndarray | None:
     """A placement whose accelerators run at most ``q`` calls, from any placement: cut by the
-    re-entry rule (`devplace_lite.latency.reentry_pieces`), then the pieces past ``q`` of an
+    re-entry rule (`devplace_lite.latency_model.reentry_pieces`), then the pieces past ``q`` of an
     accelerator moved, whole, to accelerators nothing runs on. ``None`` if there are too few."""
     before = np.asarray(a, dtype=np.int64)
     a = before.copy()
@@ -348,7 +345,7 @@ def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = Non
         add(f"{name} order", a if math.isfinite(value) else None)
     if cluster.l and not np.isnan(graph.p_cpu).any():
         add("cpu", np.full(graph.n, cluster.k, dtype=np.int64))
-    for name in PARTITION_STARTS:
+    for name in methods.latency_starts():
         left = DP_SECONDS if deadline is None else deadline - time.perf_counter()
         if left <= 0 or _reached(min((v for _, _, v in out), default=math.inf), target):
             break

@@ -107,16 +107,17 @@ def test_contiguous_is_weaker_than_chain_on_the_counterexample():
 def test_the_certifying_bound_is_on_the_methods_own_optimum():
     """An ip-contig answer stopped by its limit holding the best chain split (5.0) must not be
     certified against the chain optimum: the contiguous optimum is 4.2."""
-    from devplace_lite.cli import _certify
+    from devplace_lite.methods import PARTITION
     from devplace_lite.result import Result
+    from devplace_lite.solve import _raise_bound
 
     g, c = two_part_counterexample(), Cluster(2)
     chain = throughput_ip(g, c, "chain")
     res = Result("ip-contig", g, c, chain.assignment, chain.objective, "time_limit", 1.0, bound=0.0)
-    _certify(res, 5.0, "contiguous")
+    _raise_bound(res, PARTITION["ip-contig"], 5.0)
     assert res.extra["bound_kind"] == "any" and 0 < res.bound <= 4.2 + 1e-9
-    _certify(chain_res := Result("ip", g, c, chain.assignment, chain.objective, "time_limit", 1.0, bound=0.0),
-             5.0, "chain")
+    _raise_bound(chain_res := Result("ip", g, c, chain.assignment, chain.objective, "time_limit", 1.0, bound=0.0),
+                 PARTITION["ip"], 5.0)
     assert chain_res.extra["bound_kind"] == "chain" and chain_res.bound == pytest.approx(5.0)
 
 
