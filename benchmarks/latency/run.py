@@ -34,7 +34,7 @@ import numpy as np
 from devplace_lite import methods
 from devplace_lite.devices import Cluster
 from devplace_lite.io import load_graph, write_json_atomic
-from devplace_lite.latency import evaluate_latency
+from devplace_lite.latency_model import evaluate_latency
 from devplace_lite.latency_search import greedy_latency
 
 HERE = Path(__file__).resolve().parent
