@@ -210,6 +210,28 @@ CHECKS: dict[str, Callable[[Path], Outcome]] = {
 }
 
 
+def provenance(source: str, root: Path = ROOT) -> str:
+    """Machine, date and load a recorded result states (each benchmark records what it can;
+    its README says the rest), e.g. ``"x86_64, 2 cores; 2026-11-23; load 1.4-2.0"``."""
+    obj = _load(root, f"{source}/results.json")
+    meta = obj.get("meta") or {}
+    mach = obj.get("machine") or meta.get("machine") or (obj.get("summary") or {}).get("machine")
+    if isinstance(mach, dict):
+        mach = ", ".join(str(x) for x in (mach.get("machine"), f"{mach['cpus']} cores" if mach.get("cpus") else None,
+                                          f"torch {mach['torch']}" if mach.get("torch") else None) if x)
+    elif mach and obj.get("cpus"):
+        mach = f"{mach}, {obj['cpus']} cores"
+    date = obj.get("date") or meta.get("date")
+    loads = [x for x in (obj.get("load_average_before_after") or []) if x is not None]
+    loads += [r[k] for r in obj.get("rows", []) if isinstance(r, dict) for k in ("load_before", "load_after", "load")
+              if isinstance(r.get(k), (int, float))]
+    loads += [meta[k] for k in ("load_min", "load_max") if k in meta]
+    if isinstance(obj.get("machine"), dict) and "load_average" in obj["machine"]:
+        loads.append(obj["machine"]["load_average"])
+    parts = [mach, date, f"load {min(loads):.1f}-{max(loads):.1f}" if loads else None]
+    return "; ".join(p for p in parts if p) or "see its README"
+
+
 def claims(root: Path = ROOT) -> list[dict[str, Any]]:
     """The rows of claims.json."""
     return json.loads((root / "benchmarks/reproduction/claims.json").read_text())["claims"]
