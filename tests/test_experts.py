@@ -119,7 +119,6 @@ def test_ip_better_means_feasible_and_below_the_optimum():
     cmp = compare_expert(g, {v.id: "acc0" for v in g.nodes}, c, baselines=(), ip_time_limit=30)
     ip = cmp.noncontiguous
     assert ip is not None and ip.check().feasible
-    assert ip.check().max_load <= cmp.optimum_load * (1 + 1e-9)        # warm-started from a chain
     assert cmp.ip_better == (ip.check().max_load < cmp.optimum_load * (1 - 1e-9))
     assert cmp.to_dict()["noncontiguous"]["better"] == cmp.ip_better
 
