@@ -109,15 +109,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = ev.to_dict()
     if note:
         out["clamped"] = note
+    if args.compare:  # whose split it is, and the same cluster's answer of another method beside it
+        from .experts import compare_with, placement_owner
+
+        out["split_of"] = placement_owner(args.placement)
+        out["compare"] = compare_with(g, c, ev, args.compare)
     if args.json:
         print_json(out)
         return 0
+    if args.compare:
+        print(f"placement: {out['split_of']}")
     print(f"max load {_fmt(out['objective'])} on {ev.bottleneck}; split: {ev.split}; "
           f"{'feasible' if ev.feasible else 'INFEASIBLE'}")
     for d, rec in out["devices"].items():
         print(f"  {d:6s} load {_fmt(rec['load'])}  compute {_fmt(rec['compute'])}  comm {_fmt(rec['comm'])}  memory {rec['memory']:.0f}")
     for v in ev.violations:
         print(f"  violation: {v}")
+    if args.compare:
+        print(out["compare"]["summary"])
     _say(note)
     return 0
 
@@ -199,6 +208,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("graph")
     s.add_argument("placement")
     options.add_cluster_args(s)
+    s.add_argument("--compare", metavar="METHOD", help="also run this partition method (e.g. dp, the proven optimum) "
+                   "on the same cluster and print the placement's max load against it")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_evaluate)
 
