@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import partition
 from .cost import Evaluation, as_assignment, chain_order, evaluate
 from .devices import Cluster
 from .graph import Graph
 from .io import load_graph, load_placement, read_json
 from .result import Result
+from .solve import partition
 
 #: The baselines of the paper and the library's rules of thumb, by registry name, with what each is.
 BASELINES: dict[str, str] = {
