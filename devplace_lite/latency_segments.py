@@ -65,7 +65,7 @@ from .graph import Graph
 from .latency_bounds import allowed_kinds
 
 #: Memory levels of a call (memory is rounded down to multiples of ``M / LEVELS``).
-LEVELS = 256
+LEVELS = 4096
 #: Most (down-set, up-set) combinations a segment may hold after pruning.
 MAX_ROWS = 3_000_000
 #: Most down-sets (or up-sets) of one branch.
@@ -82,7 +82,7 @@ class _Aug:
     p_acc: np.ndarray
     p_cpu: np.ndarray  # inf where no CPU may run it
     comm: np.ndarray
-    mem: np.ndarray  # in levels, rounded down
+    mem: np.ndarray  # in levels, exact (a set's memory is rounded down once, by `_floor`)
     acc: np.ndarray
     topo: list[int]
 
@@ -101,14 +101,14 @@ def _augment(graph: Graph, cluster: Cluster, levels: int) -> _Aug:
             succ[v].append(tau)
             pred[tau].append(v)
     if math.isfinite(cluster.memory) and cluster.memory > 0:
-        mem = np.floor(graph.memory / cluster.memory * levels * (1 - 1e-12)).astype(np.int64)
+        mem = graph.memory / cluster.memory * levels
     else:
-        mem = np.zeros(n, dtype=np.int64)
+        mem = np.zeros(n)
     return _Aug(n=n + 2, pred=pred, succ=succ,
                 p_acc=np.append(graph.p_acc, [0.0, 0.0]),
                 p_cpu=np.append(np.where(cpu, graph.p_cpu, np.inf), [0.0, 0.0]),
                 comm=np.append(graph.comm, [0.0, 0.0]),
-                mem=np.append(np.minimum(mem, levels + 1), [0, 0]),
+                mem=np.append(np.minimum(mem, levels + 1.0), [0.0, 0.0]),
                 acc=np.append(acc, [False, False]),
                 topo=[sigma] + graph.topological_order().tolist() + [tau])
 
@@ -191,7 +191,7 @@ def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int) -> dict[str
             inc[x] = h
             off[x] = min(cpu, h + a.comm[x])
             rd[x] = min(cpu, h)
-        memD = int(sum(a.mem[x] for x in comp if D & bit[x]))
+        memD = float(sum(a.mem[x] for x in comp if D & bit[x]))
         A = 0.0
         for x in comp:
             if D & bit[x]:
@@ -220,7 +220,7 @@ def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int) -> dict[str
                     R += a.p_acc[x]
             cols["memD"].append(memD)
             cols["A"].append(A)
-            cols["memU"].append(int(sum(a.mem[x] for x in comp if U & bit[x])))
+            cols["memU"].append(float(sum(a.mem[x] for x in comp if U & bit[x])))
             cols["R"].append(R)
             cols["B"].append(B)
             cols["Bc"].append(Bc)
@@ -231,11 +231,32 @@ def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int) -> dict[str
     return {k: np.array(v) for k, v in cols.items()}
 
 
+def _floor(x):
+    """Memory in whole levels, rounded down (a hair further, so float error never rounds up)."""
+    return np.floor(np.asarray(x) * (1 - 1e-12)).astype(np.int64)
+
+
 def _combine(tables: list[dict[str, np.ndarray]], keys: tuple[str, ...], cost: tuple[str, ...], wait: str,
              levels: int, max_rows: int) -> dict[str, np.ndarray] | None:
-    """Every choice of one row per branch, summed (``keys`` other than flags and ``cost``) or
-    maxed (``wait``) or or-ed (flags ``eS``, ``fS``), keeping per key only the rows whose
-    (cost, wait) no other row of that key beats. None past ``max_rows``."""
+    """Every choice of one row per branch: memory (``keys`` starting ``mem``) and ``cost``
+    summed, ``wait`` maxed, flags (``eS``, ``fS``) or-ed; per key only the rows whose
+    (cost, wait) no other row of that key beats. Memory is counted in steps of ``2^i`` levels,
+    each branch's rounded down, with the least ``i`` that keeps at most ``max_rows`` rows (the
+    coarser, the weaker, never invalid); it comes back in levels. None if even one level per
+    call is too many."""
+    step = 1
+    while step <= levels:
+        rows = _combine_at(tables, keys, cost, wait, levels // step, step, max_rows)
+        if rows is not None:
+            for k in keys:
+                if k.startswith("mem"):
+                    rows[k] = rows[k] * step
+            return rows
+        step *= 2
+    return None
+
+
+def _combine_at(tables, keys, cost, wait, top: int, step: int, max_rows: int):
     acc = {k: np.zeros(1, dtype=bool if k in ("eS", "fS") else np.int64) for k in keys}
     acc["W"], acc["B"] = np.zeros(1), np.zeros(1)
     for tab in tables:
@@ -245,15 +266,18 @@ def _combine(tables: list[dict[str, np.ndarray]], keys: tuple[str, ...], cost: t
         i, j = np.repeat(np.arange(r1), r2), np.tile(np.arange(r2), r1)
         new = {}
         for k in keys:
-            new[k] = (acc[k][i] | tab[k][j]) if k in ("eS", "fS") else acc[k][i] + tab[k][j]
+            if k in ("eS", "fS"):
+                new[k] = acc[k][i] | tab[k][j]
+            else:
+                new[k] = acc[k][i] + _floor(tab[k] / step)[j]
         new["W"] = acc["W"][i] + sum(tab[c][j] for c in cost)
         new["B"] = np.maximum(acc["B"][i], tab[wait][j])
         ok = np.isfinite(new["W"]) & np.isfinite(new["B"])
         for k in keys:
             if k.startswith("mem"):
-                ok &= new[k] <= levels
+                ok &= new[k] <= top
         new = {k: v[ok] for k, v in new.items()}
-        acc = _prune(new, keys, levels)
+        acc = _prune(new, keys, top)
     return acc
 
 
@@ -348,10 +372,10 @@ def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_r
         G2 = np.full(S + 1, np.inf)
         T2 = np.inf
         if a.acc[t]:
-            mt = int(a.mem[t])
+            mt = _floor(a.mem[t])
             # s in the same call as t: the whole segment with them
             if a.acc[X].all() if X else True:
-                mX = int(a.mem[X].sum()) + mt
+                mX = _floor(a.mem[X].sum() + a.mem[t])
                 if mX <= S:
                     G2[mX:] = np.minimum(G2[mX:], G[:S + 1 - mX] + float(a.p_acc[X].sum()) + a.p_acc[t])
             if np.isfinite(Gpre).any():  # s on an accelerator, its call ends in the segment
