@@ -14,6 +14,7 @@ from latency_brute import brute_latency, instances
 from devplace_lite.devices import Cluster
 from devplace_lite.graph import Graph, Node
 from devplace_lite.latency import exhaustive_latency
+from devplace_lite.latency_bounds import best_latency_bound, critical_path_bound, latency_bound, work_bound
 from devplace_lite.latency_segments import segment_bound
 
 
@@ -95,3 +96,72 @@ def test_segment_bound_holds_with_two_calls_per_accelerator(inst):
     g, c = inst
     r = exhaustive_latency(g, c, q=2)
     _check(g, c, math.inf if r.objective is None else r.objective)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 6), st.data())
+def test_segment_bound_is_exact_on_a_chain_with_a_call_per_node_to_spare(n, data):
+    """A chain with as many accelerators as nodes and memory in whole quarters of the cap:
+    every node is an articulation node, nothing the bound relaxes can bind, so it is the optimum."""
+    draw = data.draw
+    nodes = [Node(f"v{i}", p_acc=draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])),
+                  p_cpu=draw(st.sampled_from([None, 1.0, 3.0, 8.0])), comm=draw(st.sampled_from([0.0, 0.5, 2.0])),
+                  memory=float(draw(st.integers(0, 4)))) for i in range(n)]
+    g = Graph(nodes, [(f"v{i}", f"v{i + 1}") for i in range(n - 1)])
+    c = Cluster(accelerators=n, cpus=1, memory=4.0)
+    assert segment_bound(g, c) == pytest.approx(brute_latency(g, c))
+
+
+def _block():
+    """x -> s -> {a, b} -> t -> y, memory for two of a, b, t per accelerator: the best split cuts
+    the block and pays both branches' transfers, which no single path sees."""
+    spec = [("x", 2.0, 8.0, 2.0, 0.0), ("s", 0.5, 4.0, 0.5, 0.0), ("a", 0.5, 20.0, 2.0, 2.0),
+            ("b", 1.0, 8.0, 3.0, 2.0), ("t", 1.0, 8.0, 2.0, 2.0), ("y", 0.5, 20.0, 2.0, 0.0)]
+    g = Graph([Node(v, p_acc=pa, p_cpu=pc, comm=cm, memory=m) for v, pa, pc, cm, m in spec],
+              [("x", "s"), ("s", "a"), ("s", "b"), ("a", "t"), ("b", "t"), ("t", "y")])
+    return g, Cluster(3, 1, memory=4.0)
+
+
+def test_segment_bound_sees_a_cut_through_a_whole_block():
+    g, c = _block()
+    truth = brute_latency(g, c)
+    assert segment_bound(g, c) == pytest.approx(truth)
+    assert latency_bound(g, c)[0] < truth - 1  # the path and interval programs miss it
+
+
+def test_best_latency_bound_reports_each_step_and_stops_when_tight():
+    g, c = _block()
+    seen = []
+    b = best_latency_bound(g, c, time_limit=30, on_progress=seen.append)
+    assert b.method == "segments" and b.status == "time_limit" and b.kind == "any"
+    assert [x.bound for x in seen] == sorted(x.bound for x in seen) and seen[-1].bound == b.bound
+    assert b.bound == pytest.approx(brute_latency(g, c))
+    assert set(b.extra["components"]) == {"critical-path", "path", "segments"}
+    tight = best_latency_bound(g, c, upper=b.bound)
+    assert tight.status == "optimal" and tight.extra["tight"]
+    # an upper bound the path program already meets: the segment step never runs
+    low = best_latency_bound(g, c, upper=latency_bound(g, c)[0])
+    assert low.status == "optimal" and "segments" not in low.extra["components"]
+
+
+def test_best_latency_bound_keeps_the_finished_steps_when_time_is_up():
+    g, c = _block()
+    b = best_latency_bound(g, c, time_limit=0.0)
+    assert b.method in ("critical-path", "work") and b.status == "time_limit"
+    assert b.bound == pytest.approx(max(critical_path_bound(g, c), work_bound(g, c)))
+
+
+def test_best_latency_bound_says_infeasible_when_a_node_may_run_nowhere():
+    g = Graph([Node("a", p_acc=1.0, p_cpu=None, memory=5.0), Node("b", p_acc=1.0, p_cpu=2.0)], [("a", "b")])
+    b = best_latency_bound(g, Cluster(2, 1, memory=4.0))  # a fits no accelerator and has no CPU time
+    assert b.status == "infeasible" and math.isinf(b.bound)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks())
+def test_best_latency_bound_never_exceeds_the_exhaustive_optimum(inst):
+    g, c = inst
+    truth = brute_latency(g, c)
+    b = best_latency_bound(g, c, upper=truth if math.isfinite(truth) else None)
+    assert b.bound <= truth + 1e-9
+    assert (b.status == "optimal") == (math.isfinite(truth) and b.bound >= truth * (1 - 1e-9))
