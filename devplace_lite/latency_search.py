@@ -18,7 +18,8 @@ splits fast and prove nothing (a `Result`'s ``bound`` is `devplace_lite.latency_
 * `start_splits`: every split the library makes cheaply, scored for latency: the greedy, the
   partition methods of `devplace_lite.methods` (the throughput DP's split and the baselines)
   with pieces that come back to an accelerator moved to a free one, all on the CPU, and
-  `order_split` on several orders (the blocks' order, depth first, as late as possible).
+  `order_split` on several orders (the blocks' order, depth first, as late as possible, and
+  along the articulation chain of `devplace_lite.latency_segments.articulation_units`).
 * `improve`: local search from a split. Moves: a block at the border of a call to a
   neighbour's device, to the CPU or to a free accelerator; a chain of CPU blocks (a branch the
   CPU runs) to a free accelerator, where it runs beside the other calls (on Inception-v3 single
@@ -54,6 +55,7 @@ import numpy as np
 
 from . import methods
 from .devices import Cluster
+from .errors import LimitError
 from .graph import Graph
 from .latency import call_latency, evaluate_latency, pieces_dict, reentry_pieces
 from .latency_bounds import latency_bound
@@ -347,7 +349,27 @@ def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = Non
             out.append((name, a, val))
 
     add("greedy", greedy_latency(graph, cluster).assignment)
-    for name, order in blocks.orders().items():
+    orders = blocks.orders()
+    try:
+        from .latency_segments import articulation_units
+
+        from .latency_segments import articulation_split
+
+        units = articulation_units(graph, cluster)
+        place = np.full(len(blocks.nodes), units.max(initial=0))
+        np.minimum.at(place, blocks.of, units)  # a block (colocation class) goes where its first node goes
+        orders["articulation"] = blocks.order(lambda b: (int(place[b]), b))
+        # a colocation class over two or three places keeps them in one call; one spread wider runs on the CPU
+        last = np.zeros(len(blocks.nodes), dtype=np.int64)
+        np.maximum.at(last, blocks.of, units)
+        far = last - place > 2
+        keep = np.zeros(int(units.max(initial=0)) + 1, dtype=bool)
+        for b in np.flatnonzero(~far & (last > place)).tolist():
+            keep[place[b]:last[b]] = True
+        add("articulation cut", articulation_split(graph, cluster, units, far[blocks.of], keep))
+    except LimitError:  # past the reachability table's size: the other orders stand
+        pass
+    for name, order in orders.items():
         a, value = order_split(blocks, order)
         add(f"{name} order", a if math.isfinite(value) else None)
     if cluster.l and not np.isnan(graph.p_cpu).any():

@@ -442,3 +442,87 @@ def _chain_bound(graph: Graph, cluster: Cluster, levels: int, max_rows: int, dea
         G = np.minimum.accumulate(G2)
         T = T2
     return float(T)
+
+
+def articulation_units(graph: Graph, cluster: Cluster) -> np.ndarray:
+    """Each node's place along the articulation chain of `main_core` (the whole graph when it has
+    one source and one sink): ``j`` for the ``j``-th articulation node and the nodes of the
+    segment before it; a node off the core takes the least place of the core nodes it reaches,
+    else the largest of those that reach it. An order of the graph by place (the latency search's
+    articulation order) keeps every block together with the weights it reads, so that a cut of
+    it into consecutive calls can cut where one tensor crosses."""
+    from .latency import reachability
+
+    core = main_core(graph)
+    core = np.arange(graph.n) if core is None else core
+    a = _augment(graph.subgraph(core), cluster, LEVELS)
+    chain, R = _chain(a)
+    m = len(core)
+    at = R[:m][:, chain]
+    at[np.arange(m)[:, None] == np.array(chain)[None, :]] = True
+    place = np.zeros(graph.n, dtype=np.int64)
+    on_core = np.zeros(graph.n, dtype=bool)
+    on_core[core] = True
+    place[core] = np.argmax(at, axis=1)
+    if on_core.all():
+        return place
+    full = reachability(graph)
+    for v in np.flatnonzero(~on_core).tolist():
+        ahead, behind = full[v] & on_core, full[:, v] & on_core
+        place[v] = place[ahead].min() if ahead.any() else (place[behind].max() if behind.any() else 0)
+    return place
+
+
+def articulation_split(graph: Graph, cluster: Cluster, place: np.ndarray | None = None,
+                       cpu: np.ndarray | None = None, keep: np.ndarray | None = None) -> np.ndarray | None:
+    """A split into calls along the articulation chain: the places of `articulation_units` cut
+    into consecutive runs, each one call on its own accelerator, so that the sum of the calls'
+    times (compute, receives, sends: a schedule's length, the calls running one after another)
+    is least among runs that fit in memory, at most ``k`` of them; a dynamic program over
+    (places done, calls used), each run's cost exact. The nodes ``cpu`` (a mask) go to the CPU
+    (a colocation class spread far); ``keep[j]``: no cut between places ``j`` and ``j + 1`` (a
+    class across them). None when no such cut fits."""
+    k = cluster.k
+    if k == 0 or graph.n == 0:
+        return None
+    acc, ok_cpu = allowed_kinds(graph, cluster)
+    cpu = np.zeros(graph.n, dtype=bool) if cpu is None else cpu
+    if not (acc | cpu).all() or not ok_cpu[cpu].all():
+        return None
+    place = articulation_units(graph, cluster) if place is None else place
+    place = np.where(cpu, -1, place)
+    J = int(place.max()) + 1
+    mem = np.bincount(place[~cpu], weights=graph.memory[~cpu], minlength=J)
+    work = np.bincount(place[~cpu], weights=graph.p_acc[~cpu], minlength=J)
+    src, dst, comm = graph.src, graph.dst, graph.comm
+    cost = np.full((J, J), np.inf)  # cost[i, j]: one call holding places i..j
+    for i in range(J):
+        for j in range(i, J):
+            if mem[i:j + 1].sum() > cluster.memory:
+                break
+            inside = (place >= i) & (place <= j)
+            cut = inside[src] != inside[dst]
+            recv = np.unique(src[cut & inside[dst]])
+            send = np.unique(src[cut & inside[src]])
+            cost[i, j] = work[i:j + 1].sum() + comm[recv].sum() + comm[send].sum()
+    f = np.full((J + 1, k + 1), np.inf)
+    f[0, 0] = 0.0
+    back = np.zeros((J + 1, k + 1), dtype=np.int64)
+    for j in range(1, J + 1):
+        for r in range(1, k + 1):
+            if keep is not None and j < J and keep[j - 1]:
+                continue
+            vals = f[:j, r - 1] + cost[:j, j - 1]
+            i = int(np.argmin(vals))
+            f[j, r], back[j, r] = vals[i], i
+    r = int(np.argmin(f[J]))
+    if not math.isfinite(f[J, r]):
+        return None
+    a = np.full(graph.n, k, dtype=np.int64)
+    j = J
+    while r:
+        i = int(back[j, r])
+        a[(place >= i) & (place < j)] = r - 1
+        j, r = i, r - 1
+    return a
+

@@ -15,7 +15,9 @@ from devplace_lite.devices import Cluster
 from devplace_lite.graph import Graph, Node
 from devplace_lite.latency import exhaustive_latency
 from devplace_lite.latency_bounds import best_latency_bound, critical_path_bound, latency_bound, work_bound
-from devplace_lite.latency_segments import segment_bound
+from devplace_lite.cost import violations
+from devplace_lite.latency import call_latency
+from devplace_lite.latency_segments import articulation_split, articulation_units, segment_bound
 
 
 @st.composite
@@ -165,3 +167,32 @@ def test_best_latency_bound_never_exceeds_the_exhaustive_optimum(inst):
     b = best_latency_bound(g, c, upper=truth if math.isfinite(truth) else None)
     assert b.bound <= truth + 1e-9
     assert (b.status == "optimal") == (math.isfinite(truth) and b.bound >= truth * (1 - 1e-9))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks(max_nodes=6))
+def test_articulation_split_is_a_feasible_split_never_below_the_optimum(inst):
+    """The start the latency search cuts along the articulation chain: a split of the model
+    (no violation, finite latency) whenever it returns one, so never below the optimum, and the
+    places it cuts are in topological order."""
+    g, c = inst
+    place = articulation_units(g, c)
+    assert all(place[u] <= place[w] for u, w in zip(g.src.tolist(), g.dst.tolist()))
+    a = articulation_split(g, c)
+    if a is None:
+        return
+    assert not violations(g, c, a)
+    val = call_latency(g, c, a)
+    assert math.isfinite(val) and val >= brute_latency(g, c) - 1e-9
+
+
+def test_articulation_split_cuts_a_chain_of_blocks_where_one_tensor_crosses():
+    """Two residual blocks, one per accelerator's memory: the cut falls between them, where the
+    block output alone crosses, not inside a block where two tensors would."""
+    spec = [("s", 4.0), ("a", 1.0), ("t", 4.0), ("b", 1.0), ("u", 4.0)]
+    nodes = [Node(v, p_acc=1.0, p_cpu=None, comm=cm, memory=2.0) for v, cm in spec]
+    g = Graph(nodes, [("s", "a"), ("a", "t"), ("s", "t"), ("t", "b"), ("b", "u"), ("t", "u")])
+    c = Cluster(2, 0, memory=6.0)
+    a = articulation_split(g, c)
+    assert a is not None and a[0] == a[1] == a[2] != a[3] == a[4]
+    assert call_latency(g, c, a) == pytest.approx(brute_latency(g, c))
