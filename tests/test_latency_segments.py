@@ -196,3 +196,12 @@ def test_articulation_split_cuts_a_chain_of_blocks_where_one_tensor_crosses():
     a = articulation_split(g, c)
     assert a is not None and a[0] == a[1] == a[2] != a[3] == a[4]
     assert call_latency(g, c, a) == pytest.approx(brute_latency(g, c))
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import devplace_lite.latency_segments as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

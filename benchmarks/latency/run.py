@@ -15,7 +15,8 @@ For every file of ``latency-inputs`` (cluster from the file: accelerators, CPU c
   side by side from one run, each with its gap to the command's answer;
 * optionally the authors' own tools, built from their public sources, when given
   (``--authors-greedy BINARY``, ``--authors-dp BINARY``): their splits, scored by our evaluator.
-  Only the latencies are recorded.
+  Only the latencies are recorded; without the binaries the last run's figures are kept (their
+  tools are deterministic), with the date of the run that measured them (``..._from``).
 
 Writes ``results.json`` (one record per input) and the tables of ``README.md`` (between the
 markers). Benchmarks measure and never assert. Run (about 25 minutes):
@@ -96,7 +97,7 @@ def authors_split(binary: str, path: Path, g, c) -> float | None:
     return float(evaluate_latency(g, c, a).latency)
 
 
-def measure(path: Path, limits: list[float], args) -> dict:
+def measure(path: Path, limits: list[float], args, previous: dict, previous_date: str) -> dict:
     g = load_graph(path)
     c = Cluster.for_graph(g)
     name = f"{path.parent.name}/{path.stem}"
@@ -111,6 +112,10 @@ def measure(path: Path, limits: list[float], args) -> dict:
         rec["authors_greedy"] = authors_split(args.authors_greedy, path, g, c)
     if args.authors_dp:
         rec["authors_dp_split"] = authors_split(args.authors_dp, path, g, c)
+    for key in ("authors_greedy", "authors_dp_split"):  # their tools are deterministic: keep the last figures
+        if key not in rec and previous.get(name, {}).get(key) is not None:
+            rec[key] = previous[name][key]
+            rec[key + "_from"] = previous[name].get(key + "_from") or previous_date
     for method in args.methods:
         for limit in limits:
             key = f"{method}@{limit:g}"
@@ -175,8 +180,10 @@ def tables(records: list[dict], limits: list[float], meta: dict) -> str:
                      f"{fmt(100 * old_gap if old_gap is not None else None)} % | {fmt(bb.get('bound'))} | "
                      f"{bb.get('method', '-')} | {fmt(100 * gap if gap is not None else None)} % | "
                      f"{fmt(bb.get('cpu_seconds'))} | {'yes' if gap is not None and gap <= 0.05 else 'NO'} |")
+    carried = sorted({r[k] for r in records for k in ("authors_greedy_from", "authors_dp_split_from") if r.get(k)})
+    note = f" (measured in the run of {', '.join(carried)}: their tools were not given to this one)" if carried else ""
     lines += ["", "Latencies in ms. The local search alone, the whole command's wall time, the best start "
-              "and, when their tools were given, the authors' greedy and DP splits scored by our evaluator:", "",
+              f"and, when their tools were given, the authors' greedy and DP splits scored by our evaluator{note}:", "",
               f"| input | local search {lo} s | {hi} s | wall ip {lo} / {hi} s | wall local search {lo} / {hi} s | "
               f"best start ({hi} s) | IP beat it | authors' greedy | authors' DP split | DP status |",
               "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- |"]
@@ -205,8 +212,13 @@ def main() -> None:
     files = [p for p in sorted(REFERENCE.glob("*/*.json")) if not args.only or args.only in str(p)]
     loads = [os.getloadavg()[0]]
     records = []
+    try:
+        old = json.loads((HERE / "results.json").read_text())
+        previous, previous_date = {r["graph"]: r for r in old["records"]}, old["meta"]["date"]
+    except (OSError, ValueError, KeyError):
+        previous, previous_date = {}, ""
     for path in files:
-        records.append(measure(path, args.limits, args))
+        records.append(measure(path, args.limits, args, previous, previous_date))
         for key, r in records[-1].items():
             if isinstance(r, dict) and "load_before" in r:
                 loads += [r["load_before"], r["load_after"]]
