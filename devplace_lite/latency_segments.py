@@ -114,7 +114,14 @@ def _augment(graph: Graph, cluster: Cluster, levels: int) -> _Aug:
 
 
 def _chain(a: _Aug) -> tuple[list[int], np.ndarray]:
-    """The articulation nodes in order, and the reachability table (``R[u, w]``: a path u -> w)."""
+    """The articulation nodes in order, and the reachability table (``R[u, w]``: a path u -> w).
+    Raises `LimitError` past `latency.REACH_NODES` nodes, before allocating it."""
+    from .errors import LimitError
+    from .latency import REACH_NODES
+
+    if a.n - 2 > REACH_NODES:
+        raise LimitError(f"{a.n - 2:,} nodes: the segment bound keeps an n x n reachability table and takes "
+                         f"at most {REACH_NODES:,}")
     R = np.zeros((a.n, a.n), dtype=bool)
     for v in reversed(a.topo):
         for w in a.succ[v]:
@@ -342,6 +349,11 @@ def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_r
     Returns
     -------
     float or None
+
+    Raises
+    ------
+    LimitError
+        Past `devplace_lite.latency.REACH_NODES` nodes (an ``n x n`` table).
 
     The bound is that of the whole graph, or of `main_core` if higher: leaving nodes out is a
     relaxation (a split of the graph, restricted to the rest, is a split of it, no slower).

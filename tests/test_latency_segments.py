@@ -205,3 +205,20 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_segment_bound_and_the_articulation_start_refuse_graphs_past_the_table_limit(monkeypatch):
+    """Both keep an n x n reachability table: past `REACH_NODES` they refuse before allocating it,
+    and the latency search's starts go on without the articulation ones."""
+    from devplace_lite import latency
+    from devplace_lite.errors import LimitError
+    from devplace_lite.latency_search import start_splits
+
+    g, c = _block()
+    monkeypatch.setattr(latency, "REACH_NODES", 4)
+    with pytest.raises(LimitError):
+        segment_bound(g, c)
+    with pytest.raises(LimitError):
+        articulation_units(g, c)
+    names = [name for name, _, _ in start_splits(g, c)]
+    assert names and not any(name.startswith("articulation") for name in names)
