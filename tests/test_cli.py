@@ -116,9 +116,10 @@ def test_console_script_and_no_torch_import(graph_file):
 
 
 def test_a_latency_answer_carries_a_certifying_bound(capsys, tmp_path):
-    """`devplace latency` bounds its answer as `partition` does (critical path, work, then the
-    path and interval programs); --bound-time 0 skips it."""
-    from devplace_lite.latency_bounds import latency_bound
+    """`devplace latency` bounds its answer as `partition` does (the latency bound registry:
+    critical path, work, the path and interval programs, the segment bound); --bound-time 0
+    skips it."""
+    from devplace_lite.latency_bounds import best_latency_bound
     from devplace_lite.devices import Cluster
 
     p = tmp_path / "g.json"
@@ -127,8 +128,8 @@ def test_a_latency_answer_carries_a_certifying_bound(capsys, tmp_path):
     code, out, err = run(capsys, "latency", p, "--method", "greedy", "-k", 2, "--cpus", 1, "--json")
     ans = json.loads(out)
     assert code == 0, err
-    want, name = latency_bound(g, Cluster(accelerators=2, cpus=1), q=ans["q"])
-    assert ans["bound"] == pytest.approx(want) and ans["bound_method"] == name
+    want = best_latency_bound(g, Cluster(accelerators=2, cpus=1), q=ans["q"], upper=ans["objective"])
+    assert ans["bound"] == pytest.approx(want.bound) and ans["bound_method"] == want.method
     assert 0 < ans["bound"] <= ans["objective"] * (1 + 1e-9) and ans["gap"] is not None
     code, out, _ = run(capsys, "latency", p, "--method", "greedy", "-k", 2, "--cpus", 1, "--json", "--bound-time", 0)
     assert code == 0 and json.loads(out)["bound"] is None
