@@ -519,11 +519,20 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
     cands = candidates(model, order, count, granularity)
     try:
         cap = _capture_export(model, example, cands, granularity)
-        cap.notes = first
-        return cap
     except Exception as e:  # noqa: BLE001 - export raises many kinds; we fall back and say why
         where = _where(_user_frame(e))
         why = f"torch.export fails{' at ' + where if where else ''} ({_reason(e.__cause__ or e)})"
+    else:
+        try:  # torch's stage modules can fail where the model runs (pytorch/pytorch#184361: rotary embeddings)
+            for _ in _run_in_order(cap, example):
+                pass
+            cap.notes = first
+            return cap
+        except Exception as e:  # noqa: BLE001 - a stage module torch built does not run: the fx route may
+            why = f"the stages torch.export gives fail to run ({_reason(e)})"
+            if "Expected positional argument" in why:
+                why += (" - torch's pipelining outlines some modules wrongly, rotary embeddings of Llama-style "
+                        "models among them: pytorch/pytorch#184361")
     notes = first + [f"{why}; fallback: torch.fx"]
     try:
         cap = _capture_fx(model, example, cands, granularity, notes)

@@ -301,9 +301,12 @@ def summary(plan: dict, ranks: Sequence[dict], folder: Path) -> str:
     said = f"loss {loss:.4g}" if loss is not None else ("no loss" if plan["training"] else "inference, no loss")
     fc = plan.get("forecast", {}).get("step_ms")
     forecast = f"; plan's forecast {fc:.1f} ms CPU" if fc is not None else ""
+    rel = os.path.relpath(folder)
+    where = Path(folder if rel.startswith("..") else rel)
+    files = f"{where / 'rank0.json'}" + (f" .. rank{len(ranks) - 1}.json" if len(ranks) > 1 else "")
     return (f"run_pipeline: {plan['stages']} stages, {plan['schedule']}, {plan['microbatches']} micro-batches of "
             f"{plan['microbatch']}: step {statistics.median(steps):.1f} ms wall (median of {n}{forecast}), {said}; "
-            f"per-rank JSON in {folder}/rank0.json .. rank{len(ranks) - 1}.json")
+            f"per-rank JSON in {files}")
 
 
 def _fx_stage(model: Any, micro: tuple, points: Sequence[str], rank: int, world: int, device: Any,
