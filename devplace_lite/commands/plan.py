@@ -8,7 +8,9 @@
 
 MODEL is a zoo name or ``module:function`` returning ``(model, example inputs of the whole
 batch)`` (called with ``batch=`` and ``seed=`` when it takes them), e.g.
-``devplace_lite.zoo.external:gpt2``. The command captures the model (torch.export, else
+``devplace_lite.zoo.external:gpt2`` or ``mynet:build`` for ``./mynet.py`` (the current folder is
+importable, as with ``python -m``). Without ``--microbatches`` a step has `MICROBATCHES`
+micro-batches, or the most below that divide the batch. The command captures the model (torch.export, else
 torch.fx), measures its segments on one micro-batch (thread CPU time, one thread), splits them
 with the exact DP (or a heuristic past its size), proves a lower bound and states the gap,
 computes every stage's peak memory under the schedule (refusing a plan over ``--memory``), and
