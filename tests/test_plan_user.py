@@ -162,6 +162,19 @@ def test_hugging_face_models_whose_eval_output_carries_a_cache_are_planned_unedi
     assert without_cache(model) == []  # already off: nothing turned twice
 
 
+@needs["transformers"]
+def test_an_unedited_encoder_decoder_runs_under_torchrun_equal_to_the_unsplit_model(user_folder, capsys, monkeypatch):
+    """T5 as Hugging Face ships it (a Seq2SeqLMOutput with a cache, not a tensor): the ranks
+    import hf_user.py from the current folder, train on the logits, and match the model."""
+    (user_folder / "hf_user.py").write_text(HF_USER)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # torchrun's ranks import this checkout's library
+    code, out, err = _cli(capsys, "plan", "hf_user:t5", "-k", 2, "--repeats", 1, "--time-limit", 5, "--out", "p",
+                          "--run", "--check", "--steps", 1, "--json")
+    assert code == 0, err
+    check = json.loads(out)["run"]["check"]
+    assert check["outputs_allclose"] and check["grads_allclose"] and check["parameters_checked"] > 0, check
+
+
 class OwnBranch(torch.nn.Module):
     """Data-dependent control flow in the model's own forward: export and fx both fail."""
 
