@@ -75,7 +75,8 @@ def test_info_text_states_sizes_and_times_with_units_and_json_keeps_numbers(caps
     lines = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.splitlines()}
     assert code == 0
     assert lines["total_acc_work"] == "1.750 ms" and lines["total_cpu_work"] == "20.000 ms"
-    assert lines["memory"] == "3.00 GB (3,004,500,000 bytes)" and lines["defaults"] == "memory 16.00 GB (16,000,000,000 bytes)"
+    assert lines["memory"] == "3.00 GB (3,004,500,000 bytes)"
+    assert lines["defaults"] == "memory 16.00 GB (16,000,000,000 bytes)"
     info = json.loads(run(capsys, "info", p, "--json")[1])  # JSON unchanged: plain numbers in ms and bytes
     assert info["memory"] == 3004500000.0 and info["defaults"] == {"memory": 16e9} and info["total_acc_work"] == 1.75
 

@@ -213,7 +213,8 @@ def test_default_microbatches_fit_the_batch_and_a_given_count_that_does_not_name
     (user_folder / "ownbatch.py").write_text(OWN_BATCH)
     code, out, err = _cli(capsys, "plan", "ownbatch:build", "-k", 2, "--repeats", 1, "--out", "p", "--json")
     assert code == 0, err
-    assert json.loads(out)["microbatches"] == 2 and "2 micro-batch(es), the most up to 4 that divide the batch of 2" in err
+    assert json.loads(out)["microbatches"] == 2
+    assert "2 micro-batch(es), the most up to 4 that divide the batch of 2" in err
     code, out, err = _cli(capsys, "plan", "ownbatch:build", "-k", 2, "--microbatches", 4, "--out", "q")
     assert code == 2 and err.count("\n") == 1 and "--microbatches" in err and "--batch" in err, err
     code, out, err = _cli(capsys, "plan", "ownbatch:build", "-k", 2, "--batch", 6, "--repeats", 1, "--out", "r",
