@@ -82,9 +82,23 @@ def cmd_info(args: argparse.Namespace) -> int:
             value = f"> {args.limit}"
         if key == "width" and value is None:
             value = f"not computed past {WIDTH_NODES:,} nodes"
+        if key in ("total_acc_work", "total_cpu_work"):
+            value = f"{value:,.3f} ms"
+        if key == "memory":
+            value = _size(value)
+        if key == "defaults":  # the file's cluster, with its memory cap in bytes as a size
+            value = ", ".join(f"{k} {_size(v) if k == 'memory' else v}" for k, v in value.items()) or "none"
         if key != "ideal_limit":
             print(f"{key:16s} {value}")
     return 0
+
+
+def _size(nbytes: float) -> str:
+    """Bytes as a reader reads them: B, kB, MB or GB (powers of 1000), exact bytes beside."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.2f} {unit} ({nbytes:,.0f} bytes)"
+    return f"{nbytes:,.0f} bytes"
 
 
 # -- convert --------------------------------------------------------------------------------

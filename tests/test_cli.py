@@ -65,6 +65,22 @@ def test_info_reports_ideals_and_width(capsys, tmp_path):
     assert code == 0 and info["nodes"] == 12 and info["ideals"] == 13 and info["width"] == 1
 
 
+def test_info_text_states_sizes_and_times_with_units_and_json_keeps_numbers(capsys, tmp_path):
+    from devplace_lite.graph import Graph, Node
+
+    p = tmp_path / "g.json"
+    save_graph(Graph([Node("a", p_acc=1.5, p_cpu=20.0, memory=3e9), Node("b", p_acc=0.25, memory=4.5e6)],
+                     [("a", "b")], defaults={"memory": 16e9}), p)
+    code, out, _ = run(capsys, "info", p)
+    lines = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.splitlines()}
+    assert code == 0
+    assert lines["total_acc_work"] == "1.750 ms" and lines["total_cpu_work"] == "20.000 ms"
+    assert lines["memory"] == "3.00 GB (3,004,500,000 bytes)"
+    assert lines["defaults"] == "memory 16.00 GB (16,000,000,000 bytes)"
+    info = json.loads(run(capsys, "info", p, "--json")[1])  # JSON unchanged: plain numbers in ms and bytes
+    assert info["memory"] == 3004500000.0 and info["defaults"] == {"memory": 16e9} and info["total_acc_work"] == 1.75
+
+
 def bad_inputs(tmp_path):
     cyclic = tmp_path / "cyclic.json"
     cyclic.write_text(json.dumps({"format": "devplace-graph", "version": 1, "nodes": [

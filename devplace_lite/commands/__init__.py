@@ -34,6 +34,8 @@ def emit(answer: dict[str, Any], args: argparse.Namespace) -> bool:
     answer = json_safe(answer)
     if getattr(args, "out", None):
         write_json_atomic(args.out, answer)
+        # stderr: stdout may carry the --json answer
+        print(f"wrote {args.out} (this answer as JSON)", file=sys.stderr)
     if getattr(args, "json", False):
         print_json(answer)
         return True

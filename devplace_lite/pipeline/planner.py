@@ -385,7 +385,9 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         raise UsageError("example inputs must be tensors with a batch dimension")
     batch = int(inputs[0].shape[0])
     if batch % microbatches:
-        raise UsageError(f"a batch of {batch} does not split into {microbatches} equal micro-batches")
+        raise UsageError(f"a batch of {batch} does not split into {microbatches} equal micro-batches: give a "
+                         f"micro-batch count (--microbatches) that divides {batch}, or a batch (--batch) that is a "
+                         f"multiple of {microbatches}")
     micro = tuple(t[: batch // microbatches] for t in inputs)
     t0 = time.perf_counter()
     cap = capture_model(model, micro, granularity)
