@@ -46,6 +46,8 @@ CHAPTERS = ROOT / "chapters"
 BUILD = ROOT / "build"
 EXECUTED = BUILD / "executed"
 PDF = BUILD / "devplace_lite.pdf"
+#: The student edition's chapters (devplace_lite.student), executed into EXECUTED/<mode>/student.
+STUDENT_SRC = BUILD / "student"
 #: Files of the chapters folder that the staged book needs besides the notebooks.
 PAGES_COPIED = ("_toc.yml", "*.bib", "_static")
 #: The install cell's line that names what to install; `stamp_install` rewrites it.
@@ -85,19 +87,50 @@ def notebook_pages(chapters: Path = CHAPTERS) -> list[str]:
     return [f for f in toc_files(chapters) if (chapters / f"{f}.md").exists() and is_notebook(chapters / f"{f}.md")]
 
 
-def repo_url() -> str | None:
-    """The project's repository as an https URL: ``DEVPLACE_REPO_URL``, else the checkout's
-    ``origin`` remote, else None."""
-    url = os.environ.get("DEVPLACE_REPO_URL")
-    if not url and shutil.which("git"):
-        r = subprocess.run(["git", "-C", str(ROOT), "remote", "get-url", "origin"], capture_output=True, text=True)
+#: Hosts whose launch links sphinx_book_theme can build: Colab opens GitHub only, Binder both.
+LAUNCH_HOSTS = {"github.com": ("colab_url", "binderhub_url"), "gitlab.com": ("binderhub_url",)}
+#: The launch-link settings of ``_config.yml`` (kept only where a host above is known).
+LAUNCH_KEYS = ("colab_url", "binderhub_url")
+
+
+def _configured_url(root: Path) -> str | None:
+    """``repository.url`` of the book's ``_config.yml`` (unset in the project: a fork sets its own)."""
+    import yaml
+
+    cfg = root / "chapters" / "_config.yml"
+    if not cfg.exists():
+        return None
+    return ((yaml.safe_load(cfg.read_text()) or {}).get("repository") or {}).get("url")
+
+
+def repo_url(root: Path = ROOT) -> str | None:
+    """The project's repository as a web address (``https://HOST/ORG/REPO``), or None.
+
+    From ``DEVPLACE_REPO_URL`` (the publishing workflow sets it), else ``repository.url`` of
+    ``chapters/_config.yml``, else the checkout's ``origin`` remote. A local path, a ``file://``
+    URL, a checkout without git or without ``origin`` give None: the book names no repository
+    (and never a path of the machine that built it)."""
+    url = os.environ.get("DEVPLACE_REPO_URL") or _configured_url(root)
+    if not url and shutil.which("git") and (root / ".git").exists():
+        r = subprocess.run(["git", "-C", str(root), "remote", "get-url", "origin"], capture_output=True, text=True)
         url = r.stdout.strip() if r.returncode == 0 else None
     if not url:
         return None
-    m = re.match(r"git@([^:]+):(.+)$", url)  # git@github.com:org/repo.git -> https://github.com/org/repo
+    m = re.match(r"^(?:ssh://)?[\w.-]+@([^:/]+)[:/](.+)$", url)  # git@github.com:org/repo.git -> https://github.com/org/repo
     if m:
         url = f"https://{m.group(1)}/{m.group(2)}"
-    return re.sub(r"\.git$", "", url)
+    url = re.sub(r"\.git$", "", url.strip().rstrip("/"))
+    return url if re.match(r"^https?://[^/\s]+/[^/\s]+/[^\s]+$", url) else None
+
+
+def launch_note(url: str | None) -> str | None:
+    """Why the book has no launch links (Colab, Binder) for ``url``, in one line; None when it has."""
+    host = re.sub(r"^https?://", "", url).split("/")[0].lower() if url else None
+    if host in LAUNCH_HOSTS:
+        return None
+    why = f"{url} is not on GitHub or GitLab" if url else "no repository address (no git origin with a web address)"
+    return (f"launch links (Colab, Binder) left out: {why}; set DEVPLACE_REPO_URL=https://github.com/ORG/REPO "
+            f"(or repository.url in chapters/_config.yml) to add them")
 
 
 def install_target(url: str | None, ref: str | None = None) -> str:
@@ -167,9 +200,11 @@ def execute_all(out_dir: Path, fast: bool, chapters: Path = CHAPTERS, jobs: int 
     return errors, seconds
 
 
-def stage(notebooks: Path, dest: Path, chapters: Path = CHAPTERS, url: str | None = None) -> Path:
+def stage(notebooks: Path, dest: Path, chapters: Path = CHAPTERS, url: str | None = None,
+          edition: str = "instructor") -> Path:
     """A source folder for jupyter-book: the executed notebooks, the other pages, and the config
-    with execution off and the repository of the launch links filled in."""
+    with execution off and the repository of the launch links filled in (only a GitHub or GitLab
+    address: the theme can build links for no other). The student edition says so in its title."""
     import yaml
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -187,9 +222,15 @@ def stage(notebooks: Path, dest: Path, chapters: Path = CHAPTERS, url: str | Non
                 shutil.copy2(p, dest / p.name)
     config = yaml.safe_load((chapters / "_config.yml").read_text())
     config.setdefault("execute", {})["execute_notebooks"] = "off"  # executed already
-    if url:
+    if edition == "student":
+        config["title"] = f"{config.get('title', '')} (student edition)".strip()
+    host = re.sub(r"^https?://", "", url).split("/")[0].lower() if url else None
+    if host in LAUNCH_HOSTS:
         config.setdefault("repository", {})["url"] = url
-    else:  # no repository known: no launch links rather than links to nowhere
+        buttons = config.setdefault("launch_buttons", {})
+        for key in set(LAUNCH_KEYS) - set(LAUNCH_HOSTS[host]):
+            buttons.pop(key, None)  # the theme warns (fails the build) on a link it cannot make
+    else:  # no address the theme can parse: no launch links rather than a failed build or links to nowhere
         config.pop("repository", None)
         config.pop("launch_buttons", None)
     (dest / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -213,6 +254,34 @@ def find_chromium() -> str | None:
         if path:
             return path
     return None
+
+
+class ChromiumMissing(RuntimeError):
+    """No Chromium, and none could be installed; the message (one line) names the package."""
+
+
+def ensure_chromium(install: bool = True) -> str:
+    """Path of a Chromium binary. Where none is on the PATH and this runs as root with apt-get,
+    Debian's ``chromium`` package is installed (as the rendered-book test does); otherwise
+    :class:`ChromiumMissing` says which package to install."""
+    found = find_chromium()
+    if found:
+        return found
+    how = "install the chromium package (Debian/Ubuntu: sudo apt-get install chromium)"
+    if not install or not shutil.which("apt-get") or os.geteuid() != 0:
+        raise ChromiumMissing(f"Chromium is needed and not installed: {how}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    log = ""
+    for step in (["apt-get", "install", "-y", "-q", "chromium"], ["apt-get", "update", "-q"],
+                 ["apt-get", "install", "-y", "-q", "chromium"]):
+        r = subprocess.run(step, env=env, capture_output=True, text=True, timeout=900)
+        log = " ".join((r.stdout + r.stderr)[-300:].split())
+        if step[1] == "install" and r.returncode == 0:
+            break
+    found = find_chromium()
+    if not found:
+        raise ChromiumMissing(f"Chromium is needed and apt-get could not install it ({log}): {how}")
+    return found
 
 
 class Browser:
@@ -381,16 +450,51 @@ MATH_READY = """
 """
 
 
+#: What is wider than its column: every table, formula, code block and output box that shows
+#: (folded and hidden ones have no box) and is wider than its own box (scrollWidth > clientWidth:
+#: it scrolls, or spills) or reaches past the text column. A JSON list of one-line descriptions.
+OVERFLOW = r"""
+(() => {
+  const main = document.querySelector('main') || document.body;
+  const col = (main.querySelector('article') || main).getBoundingClientRect();
+  const right = Math.min(col.right, document.documentElement.clientWidth);
+  const sel = 'table, mjx-container[display="true"], mjx-container, div.math, pre, div.highlight, ' +
+              'div.cell_output, div.output, .text_html, .text_markdown, img, dl, blockquote';
+  const out = [];
+  // innermost first: a table that spills is named, not every box around it
+  for (const e of Array.from(main.querySelectorAll(sel)).reverse()) {
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    const block = getComputedStyle(e).display !== 'inline';
+    const spill = block && e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0;
+    const past = r.right > right + 1;
+    if (!spill && !past) continue;
+    if (Array.from(e.querySelectorAll(sel)).some(c => out.some(o => o.el === c))) continue;
+    const what = e.tagName.toLowerCase() + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ')[0] : '');
+    const page = (e.closest('section[id]') || {}).id || '';
+    const width = Math.max(e.scrollWidth, Math.round(r.right - col.left));
+    out.push({el: e, text: `${what} in #${page}: ${width} px in ${Math.round(right - col.left)} px: ` +
+                           (e.textContent || e.getAttribute('src') || '').replace(/\s+/g, ' ').trim().slice(0, 70)});
+  }
+  return JSON.stringify(out.reverse().map(o => o.text));
+})()
+"""
+
+#: The printable width of the PDF's pages (A4, half-inch margins) in CSS pixels.
+PAGE = {"paperWidth": 8.27, "paperHeight": 11.69, "marginTop": 0.6, "marginBottom": 0.6, "marginLeft": 0.5,
+        "marginRight": 0.5}
+PRINT_WIDTH_PX = round((PAGE["paperWidth"] - PAGE["marginLeft"] - PAGE["marginRight"]) * 96)
+
+
 def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float = 600) -> dict:
     """Print ``html`` (the single-page book) to ``pdf`` with headless Chromium, once every image
     has loaded and MathJax has typeset every formula. Returns what it saw: ``math`` (typeset
-    formulas), ``images``, ``broken`` (images that did not load) and ``titles`` (the h1 and h2
-    headings: in the single-page book a chapter's title is an h2)."""
+    formulas), ``images``, ``broken`` (images that did not load), ``titles`` (the h1 and h2
+    headings: in the single-page book a chapter's title is an h2) and ``overflow`` (what is wider
+    than the page, measured with print styles at the page's printable width)."""
     import base64
 
-    binary = binary or find_chromium()
-    if binary is None:
-        raise RuntimeError("Chromium is needed for the PDF: apt-get install chromium")
+    binary = binary or ensure_chromium()
     profile = Path(tempfile.mkdtemp(prefix="devplace-pdf-"))
     browser = Browser(binary, profile)
     try:
@@ -403,10 +507,14 @@ def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float =
                                                 "broken: Array.from(document.images).filter(i => !i.naturalWidth)"
                                                 ".map(i => i.src), titles: Array.from(document.querySelectorAll('main h1, main h2'))"
                                                 ".map(h => h.textContent.replace('#', '').trim())})", timeout)))
-        data = browser.send("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": False,
-                                                "paperWidth": 8.27, "paperHeight": 11.69,
-                                                "marginTop": 0.6, "marginBottom": 0.6, "marginLeft": 0.5,
-                                                "marginRight": 0.5, "displayHeaderFooter": True,
+        # lay the page out as the printer will (print styles, the page's width) and measure
+        browser.send("Emulation.setEmulatedMedia", {"media": "print"}, session=session)
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": PRINT_WIDTH_PX, "height": 1100,
+                                                            "deviceScaleFactor": 1, "mobile": False}, session=session)
+        seen["overflow"] = json.loads(browser.evaluate(session, OVERFLOW, timeout))
+        browser.send("Emulation.clearDeviceMetricsOverride", session=session)
+        data = browser.send("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": False, **PAGE,
+                                                "displayHeaderFooter": True,
                                                 "headerTemplate": "<span></span>",
                                                 "footerTemplate": "<div style='font-size:8px;width:100%;"
                                                                   "text-align:center'><span class='pageNumber'>"
@@ -424,66 +532,115 @@ def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float =
 
 
 # -- the command line ---------------------------------------------------------------------------
-def _notebooks(fast: bool, student: bool) -> int:
-    target = install_target(repo_url(), os.environ.get("DEVPLACE_REPO_REF"))
-    out = EXECUTED / ("fast" if fast else "full")
-    errors, _ = execute_all(out, fast, target=target)
-    if student:
-        from .student import make_student
+EDITIONS = ("instructor", "student")
 
-        student_src = BUILD / "student"
-        make_student(CHAPTERS, student_src)
-        s_errors, _ = execute_all(out / "student", fast, chapters=student_src / "chapters", target=target)
-        errors.update({f"student/{k}": v for k, v in s_errors.items()})
+
+def _executed(fast: bool, edition: str) -> Path:
+    out = EXECUTED / ("fast" if fast else "full")
+    return out / "student" if edition == "student" else out
+
+
+def _notebooks(fast: bool, editions: tuple[str, ...]) -> int:
+    target = install_target(repo_url(), os.environ.get("DEVPLACE_REPO_REF"))
+    errors: dict[str, str | None] = {}
+    for edition in editions:
+        out = _executed(fast, edition)
+        if edition == "student":
+            from .student import make_student
+
+            make_student(CHAPTERS, STUDENT_SRC)
+            s_errors, _ = execute_all(out, fast, chapters=STUDENT_SRC / "chapters", target=target)
+            errors.update({f"student/{k}": v for k, v in s_errors.items()})
+        else:
+            errors.update(execute_all(out, fast, target=target)[0])
     failed = {k: v for k, v in errors.items() if v}
     for name, err in failed.items():
         print(f"{name} failed:\n{err}", file=sys.stderr)
-    print(f"executed notebooks in {out}")
-    return 1 if failed else 0
+    if failed:
+        print(f"{len(failed)} notebook(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    print(f"executed notebooks in {', '.join(str(_executed(fast, e)) for e in editions)}")
+    return 0
 
 
-def _html(fast: bool, builder: str) -> tuple[int, Path]:
-    notebooks = EXECUTED / ("fast" if fast else "full")
-    missing = [n for n in notebook_pages() if not (notebooks / f"{n}.ipynb").exists()]
-    if missing:
-        print(f"not executed yet: {', '.join(missing)} (make notebooks)", file=sys.stderr)
+def _html(fast: bool, builder: str, edition: str = "instructor") -> tuple[int, Path]:
+    """Stage and build one edition; returns (exit status, output folder). Prints the build's
+    warnings, or the error, never a success line for a failed build."""
+    notebooks = _executed(fast, edition)
+    chapters = STUDENT_SRC / "chapters" if edition == "student" else CHAPTERS
+    if edition == "student" and not chapters.is_dir():
+        print("the student edition is not written yet (make student-book)", file=sys.stderr)
         return 2, notebooks
-    src = BUILD / ("book-src" if builder == "html" else f"book-src-{builder}")
+    missing = [n for n in notebook_pages(chapters) if not (notebooks / f"{n}.ipynb").exists()]
+    if missing:
+        how = "make student-book" if edition == "student" else "make notebooks"
+        print(f"not executed yet: {', '.join(missing)} ({how})", file=sys.stderr)
+        return 2, notebooks
+    suffix = ("" if builder == "html" else f"-{builder}") + ("-student" if edition == "student" else "")
+    src = BUILD / f"book-src{suffix}"
     shutil.rmtree(src, ignore_errors=True)
-    stage(notebooks, src, url=repo_url())
-    out = BUILD / ("book" if builder == "html" else f"book-{builder}")
+    url = repo_url()
+    stage(notebooks, src, chapters=chapters, url=url, edition=edition)
+    out = BUILD / f"book{suffix}"
     r = build(src, out, builder)
     log = r.stdout + r.stderr
-    warnings = [ln for ln in log.splitlines() if "WARNING" in ln]
-    print("\n".join(warnings[:40]) or f"{builder}: no warnings")
     if r.returncode != 0:
         print(log[-3000:], file=sys.stderr)
+        print(f"{builder}: jupyter-book build failed (exit status {r.returncode})", file=sys.stderr)
         return r.returncode, out
-    return (1 if warnings else 0), out
+    warnings = [ln for ln in log.splitlines() if "WARNING" in ln]
+    if warnings:
+        print("\n".join(warnings[:40]), file=sys.stderr)
+        print(f"{builder}: {len(warnings)} warning(s): the build counts as failed", file=sys.stderr)
+        return 1, out
+    note = launch_note(url)
+    if note:
+        print(note)
+    return 0, out
+
+
+def _pdf(fast: bool, edition: str) -> int:
+    try:
+        binary = ensure_chromium()
+    except ChromiumMissing as e:
+        print(f"make pdf: {e}", file=sys.stderr)
+        return 2
+    rc, out = _html(fast, "singlehtml", edition)
+    if rc != 0:
+        return rc
+    pdf = PDF.with_name(PDF.stem + "-student.pdf") if edition == "student" else PDF
+    seen = print_pdf(out / "_build" / "singlehtml" / f"{toc_files()[0]}.html", pdf, binary)
+    bad = 0
+    if seen["broken"]:
+        print(f"figures that did not load: {seen['broken'][:5]}", file=sys.stderr)
+        bad = 1
+    if seen["overflow"]:
+        print(f"wider than the page: {'; '.join(seen['overflow'][:5])}", file=sys.stderr)
+        bad = 1
+    if bad:
+        print(f"{pdf} written, with the faults above", file=sys.stderr)
+        return 1
+    print(f"{pdf} written: {len(seen['titles'])} headings, {seen['images']} figures, "
+          f"{seen['math']} formulas typeset, nothing wider than the page")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Build the book's notebooks, HTML and PDF.")
     ap.add_argument("what", choices=("notebooks", "html", "pdf"))
     ap.add_argument("--fast", action="store_true", help="FAST mode (DEVPLACE_FAST=1), as the tests")
-    ap.add_argument("--student", action="store_true", help="notebooks: the student edition too")
+    ap.add_argument("--edition", choices=EDITIONS, default="instructor",
+                    help="instructor (solutions folded, rubrics) or student (no solutions, no rubrics)")
+    ap.add_argument("--student", action="store_true", help="notebooks: both editions")
     args = ap.parse_args(argv)
     if args.what == "notebooks":
-        return _notebooks(args.fast, args.student)
+        return _notebooks(args.fast, EDITIONS if args.student else (args.edition,))
     if args.what == "html":
-        rc, out = _html(args.fast, "html")
-        print(f"open {out / '_build' / 'html' / 'index.html'}")
+        rc, out = _html(args.fast, "html", args.edition)
+        if rc == 0:
+            print(f"open {out / '_build' / 'html' / 'index.html'}")
         return rc
-    rc, out = _html(args.fast, "singlehtml")
-    if rc != 0:
-        return rc
-    seen = print_pdf(out / "_build" / "singlehtml" / f"{toc_files()[0]}.html", PDF)
-    print(f"{PDF} written: {len(seen['titles'])} headings, {seen['images']} figures, "
-          f"{seen['math']} formulas typeset")
-    if seen["broken"]:
-        print(f"figures that did not load: {seen['broken'][:5]}", file=sys.stderr)
-        return 1
-    return 0
+    return _pdf(args.fast, args.edition)
 
 
 if __name__ == "__main__":
