@@ -401,26 +401,28 @@ class Browser:
             raise RuntimeError(f"page script failed: {res['exceptionDetails']}")
         return res["result"].get("value")
 
-    def inspect(self, url: str, script: str, timeout: float = 60, screenshot: Path | None = None) -> dict:
-        """Open ``url``, wait for its load event, return the JSON that ``script`` (an expression
-        evaluating to a Promise of a JSON string) produces, with ``requests``: every URL the page
-        asked for. With ``screenshot``, the page (up to 4000 px of it) is saved there as PNG."""
-        target, session, requests = self.open(url, timeout=timeout)
+    def inspect(self, url: str, script: str, timeout: float = 60, screenshot: Path | None = None,
+                width: int = 1280) -> dict:
+        """Open ``url`` in a window ``width`` px wide, wait for its load event, return the JSON that
+        ``script`` (an expression evaluating to a Promise of a JSON string) produces, with
+        ``requests``: every URL the page asked for. With ``screenshot``, the page (up to 4000 px
+        of it) is saved there as PNG."""
+        target, session, requests = self.open(url, width=width, timeout=timeout)
         try:
             out = json.loads(self.evaluate(session, script, timeout))
             if screenshot is not None:
-                self.screenshot(session, screenshot)
+                self.screenshot(session, screenshot, width=width)
             self._drain(session, requests)
             out["requests"] = requests
             return out
         finally:
             self.send("Target.closeTarget", {"targetId": target})
 
-    def screenshot(self, session: str, path: Path, max_height: int = 4000) -> None:
+    def screenshot(self, session: str, path: Path, max_height: int = 4000, width: int = 1280) -> None:
         import base64
 
         height = int(self.evaluate(session, "document.documentElement.scrollHeight"))
-        clip = {"x": 0, "y": 0, "width": 1280, "height": min(height, max_height), "scale": 1}
+        clip = {"x": 0, "y": 0, "width": width, "height": min(height, max_height), "scale": 1}
         data = self.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True},
                          session=session, timeout=120)["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -445,6 +447,7 @@ MATH_READY = """
 (async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   if (window.MathJax && MathJax.typesetPromise) { await MathJax.typesetPromise(); }
+  if (window.devplaceFit) { devplaceFit(); }   // the book's tables, fitted to the column once typeset
   return JSON.stringify({math: document.querySelectorAll('mjx-container').length});
 })()
 """
@@ -456,18 +459,21 @@ MATH_READY = """
 OVERFLOW = r"""
 (() => {
   const main = document.querySelector('main') || document.body;
-  const col = (main.querySelector('article') || main).getBoundingClientRect();
+  const article = main.querySelector('article') || main;   // the text, not the sidebars
+  const col = article.getBoundingClientRect();
   const right = Math.min(col.right, document.documentElement.clientWidth);
   const sel = 'table, mjx-container[display="true"], mjx-container, div.math, pre, div.highlight, ' +
               'div.cell_output, div.output, .text_html, .text_markdown, img, dl, blockquote';
   const out = [];
   // innermost first: a table that spills is named, not every box around it
-  for (const e of Array.from(main.querySelectorAll(sel)).reverse()) {
+  for (const e of Array.from(article.querySelectorAll(sel)).reverse()) {
     const r = e.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
-    const block = getComputedStyle(e).display !== 'inline';
-    const spill = block && e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0;
-    const past = r.right > right + 1;
+    // an inline formula's glyphs overhang its box by a pixel or two: only its right edge counts
+    const inline = getComputedStyle(e).display.startsWith('inline') ||
+                   (e.tagName === 'MJX-CONTAINER' && e.getAttribute('display') !== 'true');
+    const spill = !inline && e.scrollWidth > e.clientWidth + 2 && e.clientWidth > 0;
+    const past = r.right > right + 2;
     if (!spill && !past) continue;
     if (Array.from(e.querySelectorAll(sel)).some(c => out.some(o => o.el === c))) continue;
     const what = e.tagName.toLowerCase() + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ')[0] : '');
@@ -511,8 +517,8 @@ def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float =
         browser.send("Emulation.setEmulatedMedia", {"media": "print"}, session=session)
         browser.send("Emulation.setDeviceMetricsOverride", {"width": PRINT_WIDTH_PX, "height": 1100,
                                                             "deviceScaleFactor": 1, "mobile": False}, session=session)
+        browser.evaluate(session, "window.devplaceFit ? (devplaceFit(), 1) : 0", timeout)
         seen["overflow"] = json.loads(browser.evaluate(session, OVERFLOW, timeout))
-        browser.send("Emulation.clearDeviceMetricsOverride", session=session)
         data = browser.send("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": False, **PAGE,
                                                 "displayHeaderFooter": True,
                                                 "headerTemplate": "<span></span>",
