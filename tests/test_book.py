@@ -446,6 +446,36 @@ def test_nothing_wider_than_its_column_on_a_laptop(book, browser, name):
 
 
 @pytest.mark.slow
+def test_student_edition_has_no_solutions_and_no_rubrics(book, browser, tmp_path):
+    """`html --edition student`, on two chapters: the student edition (devplace_lite.student),
+    executed, built with its own title; no solution, no answer sketch, no rubric on the page,
+    the exercises' checks say "not attempted", and nothing is wider than its column."""
+    from devplace_lite.student import make_student
+
+    chapters = ["00_preface", "01_placement_problem"]
+    edition = tmp_path / "student"
+    make_student(book.checkout / "chapters", edition)
+    executed = tmp_path / "executed"
+    env = bk.kernel_env(True)
+    for name in chapters:
+        err = bk.execute(edition / "chapters" / f"{name}.md", executed / f"{name}.ipynb", env, edition / "chapters")
+        assert err is None, f"the student edition of {name} failed: {err}"
+    src = bk.stage(executed, tmp_path / "src", chapters=edition / "chapters", edition="student")
+    (src / "_toc.yml").write_text(f"format: jb-book\nroot: {chapters[0]}\nchapters:\n  - file: {chapters[1]}\n")
+    r = bk.build(src, tmp_path / "out")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    html = tmp_path / "out" / "_build" / "html" / f"{chapters[1]}.html"
+    text = html.read_text(encoding="utf-8")
+    assert "student edition" in text
+    for banned in ("Rubric", "A sketch of an answer", "tag_solution"):
+        assert banned not in text, f"the student edition shows {banned!r}"
+    instructor = (book.html / f"{chapters[1]}.html").read_text(encoding="utf-8")
+    assert "Rubric" in instructor and "tag_solution" in instructor  # what the student edition leaves out
+    info = browser.inspect(html.as_uri(), PAGE_SCRIPT, timeout=120, width=LAPTOP)
+    assert "not attempted" in info["text"] and not problems(info), "; ".join(problems(info))
+
+
+@pytest.mark.slow
 def test_preface_has_a_chapter_map(book, browser):
     info = page(browser, book, toc_files()[0])
     assert not problems(info), "; ".join(problems(info))

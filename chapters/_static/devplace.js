@@ -32,8 +32,8 @@ document.addEventListener("DOMContentLoaded", () => {
   }
 });
 
-// A results table wider than its column is set in smaller type, down to 65 % of its size, until it
-// fits (on screen at any window width; `devplace_lite.book` calls it again at the printed page's
+// A results table (or a displayed formula) wider than its column is set in smaller type, down to
+// 65 % of its size, until it fits (on screen at any window width; `devplace_lite.book` calls it again at the printed page's
 // width before printing the PDF). A table that still does not fit keeps scrolling in its box,
 // and the rendered-book test reports it.
 function devplaceFit() {
@@ -49,6 +49,17 @@ function devplaceFit() {
     while (table.getBoundingClientRect().width > box.clientWidth + 0.5 && size > 0.65 * full) {
       size *= 0.95;
       table.style.fontSize = size + "px";
+    }
+  }
+  // a displayed formula wider than its column, likewise (MathJax sets its size as a percentage)
+  for (const math of document.querySelectorAll('article mjx-container[display="true"]')) {
+    if (math.dataset.dlSize === undefined) math.dataset.dlSize = math.style.fontSize || "100%";
+    math.style.fontSize = math.dataset.dlSize;
+    const full = parseFloat(math.dataset.dlSize);
+    let size = full;
+    while (math.scrollWidth > math.clientWidth + 1 && math.clientWidth > 0 && size > 0.65 * full) {
+      size *= 0.95;
+      math.style.fontSize = size + "%";
     }
   }
 }
