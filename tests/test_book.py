@@ -6,7 +6,7 @@ every chapter executed two at a time in FAST mode, **with two busy processes bes
 every assert cell of every chapter runs once on a loaded 2-core machine), then ``jupyter-book
 build`` on the executed notebooks. Each page must show
 
-* every figure its notebook produced, and no error output;
+* every figure its notebook produced, and no error output, no warning box (stderr);
 * no raw pipe table (a markdown table printed as text), no TeX source where a formula should be
   typeset, no formula set as code;
 * no code block wider than its column;
@@ -107,6 +107,7 @@ PAGE_SCRIPT = r"""
     h1: Array.from(main.querySelectorAll('h1')).map(h => h.textContent.replace('#', '').trim()),
     images: imgs.map(i => ({src: i.getAttribute('src'), width: i.naturalWidth, height: i.naturalHeight})),
     errors: main.querySelectorAll('%s').length,
+    warnings: Array.from(main.querySelectorAll('.output.stderr')).map(e => e.textContent.trim().slice(0, 160)),
     traceback: /Traceback \(most recent call last\)|Error Traceback/.test(text),
     nav: Array.from(document.querySelectorAll('nav.bd-docs-nav a, .bd-sidebar-primary a.reference'))
             .map(a => a.getAttribute('href')),
@@ -127,6 +128,8 @@ def problems(info: dict) -> list[str]:
     out = []
     if info["errors"] or info["traceback"]:
         out.append("error output")
+    if info.get("warnings"):
+        out.append(f"warning box: {info['warnings'][:3]}")
     if info["rawTable"]:
         out.append(f"{info['rawTable']} raw pipe table row(s)")
     if info["rawTex"] or info["untypeset"]:
@@ -582,6 +585,7 @@ def test_page_check_catches_broken_pages(browser, tmp_path):
     (tmp_path / "page.html").write_text(
         "<html><body><main style='width:400px'><h1>T</h1><img src='ok.png'><img src='missing.png'>"
         "<div class='cell_output'><div class='output traceback'>ZeroDivisionError</div></div>"
+        "<div class='cell_output'><div class='output stderr'>FutureWarning: deprecated</div></div>"
         "<p>| a | b |<br>| --- | ---: |<br>| x | 1 |</p><p>inline \\(G = (V, E)\\) left as source</p>"
         "<p>the bound <code>T_chain &gt;= sum p / k</code></p>"
         "<div class='highlight'><pre style='white-space:pre;overflow:auto'>" + "x = 1; " * 80 + "</pre></div>"
@@ -593,7 +597,7 @@ def test_page_check_catches_broken_pages(browser, tmp_path):
     assert sizes == [("http://example.invalid/logo.png", False), ("missing.png", False), ("ok.png", True)]
     assert info["errors"] == 1 and info["h1"] == ["T"]
     found = " | ".join(problems(info))
-    for what in ("error output", "raw pipe table", "TeX source", "formulas set as code", "wider than its column",
+    for what in ("error output", "warning box", "raw pipe table", "TeX source", "formulas set as code", "wider than its column",
                  "another host"):
         assert what in found, f"not caught: {what} ({found})"
     assert any(w.startswith("pre") for w in info["wide"]) and any(w.startswith("table") for w in info["wide"]), info["wide"]
