@@ -6,10 +6,16 @@ One path serves ``make notebooks``, ``make book``, ``make pdf`` and the rendered
 1. :func:`execute_all` runs each chapter (a MyST notebook) top to bottom in a fresh kernel, two
    at a time, and writes the executed ``.ipynb`` (FAST mode or full size);
 2. :func:`stage` puts those notebooks beside the book's other pages and a copy of
-   ``_config.yml`` with execution off, the repository (for the launch links) filled in;
+   ``_config.yml`` with execution off, the repository (for the launch links) filled in when
+   :func:`repo_url` finds a GitHub or GitLab address (else the links are left out, with one
+   note: a clone of a local path, another host, an archive without git);
 3. :func:`build` runs ``jupyter-book build`` on the staged folder (``html`` or ``singlehtml``);
 4. :func:`print_pdf` prints the single-page HTML book to one PDF with Chromium, after MathJax
-   (a local copy, ``sphinx-mathjax-offline``) has typeset every formula.
+   (a local copy, ``sphinx-mathjax-offline``) has typeset every formula, and reports what is
+   wider than the page (:data:`OVERFLOW`, measured with print styles at the page's width).
+
+Two editions: the instructor's (solutions folded under each exercise, rubrics) and the
+student's (``--edition student``: `devplace_lite.student` takes solutions and rubrics out).
 
 The install cell of every chapter (the first code cell, tagged ``hide-cell``) installs the
 library on hosted notebooks (Colab, Binder) from ``INSTALL_FROM``; :func:`stamp_install` writes
@@ -18,11 +24,13 @@ the checkout's ``origin`` remote.
 
 Usage::
 
-    python -m devplace_lite.book notebooks [--fast] [--student]   # build/executed/
-    python -m devplace_lite.book html [--fast]                    # build/book/_build/html
-    python -m devplace_lite.book pdf [--fast]                     # build/devplace_lite.pdf
+    python -m devplace_lite.book notebooks [--fast] [--student] [--edition E]   # build/executed/
+    python -m devplace_lite.book html [--fast] [--edition E]    # build/book[-student]/_build/html
+    python -m devplace_lite.book pdf [--fast] [--edition E]     # build/devplace_lite[-student].pdf
 
-Needs the ``book`` extra (jupyter-book, jupytext, nbclient) and, for the PDF, Chromium.
+Needs the ``book`` extra (jupyter-book, jupytext, nbclient) and, for the PDF, Chromium
+(:func:`ensure_chromium`: Debian's package installed when running as root, else one line
+naming it).
 """
 
 from __future__ import annotations
