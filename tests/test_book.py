@@ -357,6 +357,16 @@ def test_a_failed_build_prints_no_success_line(tmp_path, monkeypatch, capsys):
     assert "open " not in out and "no warnings" not in out and "not executed yet" in err
 
 
+def test_pdf_without_chromium_stops_with_one_line(monkeypatch, capsys):
+    """No Chromium and no way to install it (not root): `make pdf` says which package, in one
+    line, before building anything, and exits 2."""
+    monkeypatch.setattr(bk, "find_chromium", lambda: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert bk.main(["pdf", "--fast"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "chromium package" in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("origin, expected", [
     ("git@github.com:devplace-lite-stand-in/devplace_lite.git", "https://github.com/devplace-lite-stand-in/devplace_lite"),
     ("https://gitlab.com/org/devplace_lite.git", "https://gitlab.com/org/devplace_lite"),
