@@ -338,6 +338,13 @@ def test_install_cell_installs_from_a_repository_url(tmp_path):
     assert dist and "file://" in (dist[0] / "direct_url.json").read_text()
 
 
+def small_toc(src: Path, root: str, chapters: list[str]) -> None:
+    """A table of contents of a few chapters, with the reference pages they link to."""
+    files = [*chapters, "notation", "bibliography", "genindex"]
+    (src / "_toc.yml").write_text(f"format: jb-book\nroot: {root}\nchapters:\n"
+                                  + "".join(f"  - file: {f}\n" for f in files))
+
+
 @pytest.mark.slow
 def test_book_builds_from_a_clone_of_a_local_path(book):
     """`make book` in a clone whose origin is a local path: built, with one note that the launch
@@ -400,7 +407,7 @@ def test_launch_links_for_each_host(book, browser, tmp_path, url, links):
     executed notebook that the publishing workflow puts on the gh-pages branch)."""
     name = "01_placement_problem"
     src = bk.stage(book.notebooks, tmp_path / "src", chapters=book.checkout / "chapters", url=url)
-    (src / "_toc.yml").write_text(f"format: jb-book\nroot: 00_preface\nchapters:\n  - file: {name}\n")
+    small_toc(src, "00_preface", [name])
     r = bk.build(src, tmp_path / "out")
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-3000:]
@@ -474,7 +481,7 @@ def test_student_edition_has_no_solutions_and_no_rubrics(book, browser, tmp_path
         err = bk.execute(edition / "chapters" / f"{name}.md", executed / f"{name}.ipynb", env, edition / "chapters")
         assert err is None, f"the student edition of {name} failed: {err}"
     src = bk.stage(executed, tmp_path / "src", chapters=edition / "chapters", edition="student")
-    (src / "_toc.yml").write_text(f"format: jb-book\nroot: {chapters[0]}\nchapters:\n  - file: {chapters[1]}\n")
+    small_toc(src, chapters[0], chapters[1:])
     r = bk.build(src, tmp_path / "out")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     html = tmp_path / "out" / "_build" / "html" / f"{chapters[1]}.html"
