@@ -87,7 +87,8 @@ student: $(STAMP)
 test-student: student
 	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env build/student/notebooks -p no:cacheprovider
 
-# The rendered book (built FAST into a temp dir) opened in headless Chromium, installed if missing.
+# The rendered book, built FAST as `make book` builds it in a clone of a local path (a temp copy of
+# this checkout), opened in headless Chromium (installed if missing), and its PDF.
 test-book: $(STAMP)
 	$(BIN)/python -m pytest tests/test_book.py -p no:cacheprovider
 
