@@ -57,12 +57,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .devices import Cluster
 from .graph import Graph
-from .latency_bounds import allowed_kinds
+from .latency_bounds import allowed_kinds, critical_path_bound, ready_bounds, work_bound
+
+if TYPE_CHECKING:  # the bounds package is imported only when a certificate is asked for
+    from .bounds.bound import Bound
 
 #: Memory levels of a call (memory is rounded down to multiples of ``M / LEVELS``).
 LEVELS = 4096
@@ -538,3 +542,90 @@ def articulation_split(graph: Graph, cluster: Cluster, place: np.ndarray | None 
         j, r = i, r - 1
     return a
 
+
+def best_latency_bound(graph: Graph, cluster: Cluster, q: int = 1, *, time_limit: float | None = None,
+                       upper: float | None = None,
+                       on_progress: Callable[[Bound], None] | None = None) -> Bound:
+    """The strongest latency lower bound the library proves within ``time_limit`` seconds,
+    cheapest step first, each raised bound reported through ``on_progress``:
+
+    1. `critical_path_bound` and `work_bound` (closed form);
+    2. `ready_bounds`: the path and interval programs (``q`` calls per accelerator);
+    3. `devplace_lite.latency_segments.segment_bound`: the articulation chain with each block
+       cut exactly (valid for any ``q``; ``None``, so skipped, on graphs it cannot split).
+
+    Steps 2 and 3 keep ``n x n`` tables and are skipped past `devplace_lite.latency_model.REACH_NODES` nodes. It stops
+    once the bound meets ``upper`` (a known split's latency) or the time is up; a step stopped
+    midway proves nothing and the finished ones stand.
+
+    Parameters
+    ----------
+    graph, cluster : the instance.
+    q : calls per accelerator of the splits bounded.
+    time_limit : seconds for the whole call (None: no limit).
+    upper : the latency of a known split, if any.
+    on_progress : called with the `Bound` proven so far each time a step raises it (a caller that
+        may stop this call midway keeps the last one).
+
+    Returns
+    -------
+    Bound
+        ``method`` names the step that gave it (``critical-path``, ``work``, ``path``,
+        ``segments``); status ``optimal`` when it meets ``upper``, ``infeasible`` when some node
+        may run nowhere (``inf``), ``time_limit`` otherwise; ``extra["components"]`` each step's
+        bound and seconds.
+
+    Examples
+    --------
+    >>> from devplace_lite.graph import Graph, Node
+    >>> g = Graph([Node(x, p_acc=1.0, p_cpu=10.0, comm=0.5, memory=1.0) for x in "abcd"],
+    ...           [("a", "b"), ("b", "c"), ("c", "d")])
+    >>> b = best_latency_bound(g, Cluster(4, 1, memory=2.0), upper=5.0)
+    >>> b.bound, b.status
+    (5.0, 'optimal')
+    """
+    from .bounds.bound import Bound
+    from .errors import LimitError
+    from .latency_model import REACH_NODES
+
+    t0 = time.perf_counter()
+    deadline = None if time_limit is None else t0 + float(time_limit)
+    parts: dict[str, dict] = {}
+    best = (-math.inf, "none")
+
+    def status() -> str:
+        if math.isinf(best[0]) and best[0] > 0:
+            return "infeasible"
+        if upper is not None and best[0] >= upper * (1 - 1e-9):
+            return "optimal"
+        return "time_limit"
+
+    def bound() -> Bound:
+        return Bound(best[0], best[1], time.perf_counter() - t0, status(), kind="any",
+                     extra={"components": {k: dict(v) for k, v in parts.items()},
+                            "tight": status() == "optimal"})
+
+    def step(name: str, value: float | None, started: float) -> bool:
+        """Record a finished step; True when the caller should stop (tight or out of time)."""
+        nonlocal best
+        parts[name] = {"bound": value, "seconds": round(time.perf_counter() - started, 4)}
+        if value is not None and value > best[0]:
+            best = (value, name)
+            if on_progress is not None:
+                on_progress(bound())
+        return status() != "time_limit" or (deadline is not None and time.perf_counter() >= deadline)
+
+    started = time.perf_counter()
+    cheap = max((critical_path_bound(graph, cluster), "critical-path"), (work_bound(graph, cluster), "work"))
+    if step(cheap[1], cheap[0], started) or graph.n > REACH_NODES:
+        return bound()
+    started = time.perf_counter()
+    try:
+        path = ready_bounds(graph, cluster, q).bound
+    except LimitError:
+        path = None
+    if step("path", path, started):
+        return bound()
+    started = time.perf_counter()
+    step("segments", segment_bound(graph, cluster, deadline=deadline), started)
+    return bound()

@@ -164,7 +164,7 @@ BOUND: dict[str, Method] = {
 
 
 LATENCY_BOUND: dict[str, Method] = {
-    "best": Method("latency_bounds:best_latency_bound", "bound", "any", False, "anytime",
+    "best": Method("latency_segments:best_latency_bound", "bound", "any", False, "anytime",
                    "critical path and work, the path and interval programs, then the segment bound",
                    progress=True),
 }

@@ -135,7 +135,7 @@ def test_a_latency_answer_carries_a_certifying_bound(capsys, tmp_path):
     """`devplace latency` bounds its answer as `partition` does (the latency bound registry:
     critical path, work, the path and interval programs, the segment bound); --bound-time 0
     skips it."""
-    from devplace_lite.latency_bounds import best_latency_bound
+    from devplace_lite.latency_segments import best_latency_bound
     from devplace_lite.devices import Cluster
 
     p = tmp_path / "g.json"

@@ -14,10 +14,10 @@ from latency_brute import brute_latency, instances
 from devplace_lite.devices import Cluster
 from devplace_lite.graph import Graph, Node
 from devplace_lite.latency_model import exhaustive_latency
-from devplace_lite.latency_bounds import best_latency_bound, critical_path_bound, latency_bound, work_bound
+from devplace_lite.latency_bounds import critical_path_bound, latency_bound, work_bound
 from devplace_lite.cost import violations
 from devplace_lite.latency_model import call_latency
-from devplace_lite.latency_segments import articulation_split, articulation_units, segment_bound
+from devplace_lite.latency_segments import articulation_split, articulation_units, best_latency_bound, segment_bound
 
 
 @st.composite
@@ -215,7 +215,7 @@ def test_segment_bound_and_the_articulation_start_refuse_graphs_past_the_table_l
     from devplace_lite.latency_search import start_splits
 
     g, c = _block()
-    monkeypatch.setattr(latency, "REACH_NODES", 4)
+    monkeypatch.setattr(latency_model, "REACH_NODES", 4)
     with pytest.raises(LimitError):
         segment_bound(g, c)
     with pytest.raises(LimitError):

@@ -8,7 +8,7 @@ For every file of ``latency-inputs`` (cluster from the file: accelerators, CPU c
 * ``ip`` and ``local-search`` at 10 s and 60 s, each run as the command a user types,
   ``devplace latency FILE --method M --time-limit L --json``, timed from outside (the wall
   time of the whole command) with the machine's load average before and after;
-* ``best bound``: `devplace_lite.latency_bounds.best_latency_bound` (critical path, the path
+* ``best bound``: `devplace_lite.latency_segments.best_latency_bound` (critical path, the path
   and interval programs, then the segment bound of `devplace_lite.latency_segments`) with the
   same time limit, called directly on the same input beside the command, so that the
   command's own certificate (the figures before the segment bound) and the best bound stand
@@ -41,7 +41,7 @@ from devplace_lite import methods
 from devplace_lite.devices import Cluster
 from devplace_lite.io import load_graph, write_json_atomic
 from devplace_lite.latency_model import evaluate_latency
-from devplace_lite.latency_bounds import best_latency_bound
+from devplace_lite.latency_segments import best_latency_bound
 from devplace_lite.latency_search import greedy_latency
 
 HERE = Path(__file__).resolve().parent
