@@ -143,20 +143,38 @@ def _kernel(i0, i1, budget, row, mx, words, pa, pc, mem, mem_core, bad_acc, bad_
     pairs whose accelerator load is within ``cap``].
     ``absorb[c]`` bounds the accelerator work ``c`` CPU cores can take within ``cap``. Each
     ideal's accelerator work goes into its row's header (`_Table`). Returns the next ideal to
-    process; ideal ``i0 - 1``'s bit set must be ``words[i0 - 1]`` (the counts ``in_I`` are
+    process; ideal ``i0 - 1``'s bit set must be ``words[i0 - 1]`` (the counts of members in I are
     updated from one ideal's bits to the next).
     """
     U = pa.shape[0]
     total = pa.sum()
     tol = 1e-9 * (total + 1.0)  # the same sums in another order may differ in the last bits
     rel = np.zeros((l + 1, k + 1), dtype=np.bool_)
-    cnt = np.zeros(he_w.shape[0], dtype=np.int32)   # members in the part S
-    in_I = np.zeros(he_w.shape[0], dtype=np.int32)  # members in the ideal I
-    fixed = np.full(he_w.shape[0], -1, dtype=np.int64)  # depth from which a hyperedge stays cut
-    stB = np.empty(U + 1, dtype=np.int64)
-    stP = np.empty(U + 1, dtype=np.int64)
+    # what a step reads and writes of a hyperedge e, in one row: members in the part S, depth
+    # from which it stays cut (-1: not yet), its size, members in the ideal I; and of an
+    # incidence q: its hyperedge and the members numbered above the unit
+    E = he_w.shape[0]
+    he = np.empty((E, 4), dtype=np.int64)
+    for e in range(E):
+        he[e, 0] = 0
+        he[e, 1] = -1
+        he[e, 2] = he_size[e]
+        he[e, 3] = 0
+    inc = np.empty((inc_he.shape[0], 2), dtype=np.int64)
+    for q in range(inc_he.shape[0]):
+        inc[q, 0] = inc_he[q]
+        inc[q, 1] = inc_hi[q]
+    # a unit's sums in one row, and the search's stack one row per depth
+    ux = np.empty((U, 4))
+    for x in range(U):
+        ux[x, 0] = pa[x]
+        ux[x, 1] = pc[x]
+        ux[x, 2] = mem[x]
+        ux[x, 3] = mem_core[x]
+    sf = np.empty((U + 1, 6))  # accelerator and CPU work, memory, core memory, comm, fixed comm
+    si = np.empty((U + 1, 4), dtype=np.int64)  # units no accelerator / no core may run, bound, row position
     mxf = mx.view(np.float64)  # the headers' work of each ideal (_Table)
-    # in_I: members in I of each hyperedge, moved from ideal to ideal by the bits that differ
+    # members in I of each hyperedge, moved from ideal to ideal by the bits that differ
     if i0 > 0:
         for w in range(words.shape[1]):
             d = words[i0 - 1, w]
@@ -164,17 +182,10 @@ def _kernel(i0, i1, budget, row, mx, words, pa, pc, mem, mem_core, bad_acc, bad_
                 x = 32 * w + _DEBRUIJN[((d & -d) * _DEBRUIJN_MUL) >> 27 & 31]
                 d &= d - 1
                 for q in range(inc_ptr[x], inc_ptr[x + 1]):
-                    in_I[inc_he[q]] += 1
-    s_pa = np.empty(U + 1)
-    s_pc = np.empty(U + 1)
-    s_mem = np.empty(U + 1)
-    s_mc = np.empty(U + 1)
-    s_ba = np.empty(U + 1, dtype=np.int64)
-    s_bc = np.empty(U + 1, dtype=np.int64)
-    s_cm = np.empty(U + 1)
-    s_co = np.empty(U + 1)
+                    he[inc[q, 0], 3] += 1
     inf = np.inf
     pairs = 0
+    within = 0  # pairs whose accelerator load is within cap
     I = i0
     while I < i1:
         wI = 0.0
@@ -190,7 +201,7 @@ def _kernel(i0, i1, budget, row, mx, words, pa, pc, mem, mem_core, bad_acc, bad_
                     d ^= bit
                     up = 1 if words[I, w] & bit else -1
                     for q in range(inc_ptr[x], inc_ptr[x + 1]):
-                        in_I[inc_he[q]] += up
+                        he[inc[q, 0], 3] += up
         # state (c, f, I) can lie on a split within cap only if I's work fits c cores and f
         # accelerators and the rest fits the others (CPU cores absorb at most absorb[c])
         any_rel = False
@@ -208,29 +219,25 @@ def _kernel(i0, i1, budget, row, mx, words, pa, pc, mem, mem_core, bad_acc, bad_
                 if rel[c, f] and c > 0 and cap < inf:
                     w_hi = max(w_hi, f * cap + absorb[c - 1] + tol)
         depth = 0 if any_rel and I > 0 else -1
-        stB[0] = U
-        stP[0] = row[I]
-        s_pa[0] = 0.0
-        s_pc[0] = 0.0
-        s_mem[0] = 0.0
-        s_mc[0] = 0.0
-        s_ba[0] = 0
-        s_bc[0] = 0
-        s_cm[0] = 0.0
-        s_co[0] = 0.0
+        for j in range(6):
+            sf[0, j] = 0.0
+        si[0, 0] = 0
+        si[0, 1] = 0
+        si[0, 2] = U
+        si[0, 3] = row[I]
         while depth >= 0:
-            p = stP[depth]
+            p = si[depth, 3]
             e = mx[p]
             x = e & _LOW
-            if x < stB[depth]:  # a row ends with a sentinel above every unit
-                stP[depth] = p + 1
+            if x < si[depth, 2]:  # a row ends with a sentinel above every unit
+                si[depth, 3] = p + 1
                 R = e >> 32  # the row of J = the ideal below minus x
-                npa = s_pa[depth] + pa[x]
-                npc = s_pc[depth] + pc[x]
-                nmem = s_mem[depth] + mem[x]
-                nmc = s_mc[depth] + mem_core[x]
-                nba = s_ba[depth] + bad_acc[x]
-                nbc = s_bc[depth] + bad_cpu[x]
+                npa = sf[depth, 0] + ux[x, 0]
+                npc = sf[depth, 1] + ux[x, 1]
+                nmem = sf[depth, 2] + ux[x, 2]
+                nmc = sf[depth, 3] + ux[x, 3]
+                nba = si[depth, 0] + bad_acc[x]
+                nbc = si[depth, 1] + bad_cpu[x]
                 cpu_ok = l > 0 and nbc == 0 and npc <= cap
                 if not cpu_ok and not (k > 0 and nba == 0 and npa <= cap and nmc <= M):
                     continue  # over the bound before any communication: so is every larger part
@@ -240,27 +247,27 @@ def _kernel(i0, i1, budget, row, mx, words, pa, pc, mem, mem_core, bad_acc, bad_
                 delta = 0.0
                 delta_fixed = 0.0
                 for q in range(inc_ptr[x], inc_ptr[x + 1]):
-                    e = inc_he[q]
-                    cc = cnt[e]
+                    e = inc[q, 0]
+                    cc = he[e, 0]
                     if cc == 0:
                         delta += he_w[e]
-                    elif cc + 1 == he_size[e]:
+                    elif cc + 1 == he[e, 2]:
                         delta -= he_w[e]
-                    if fixed[e] < 0 and (inc_hi[q] > cc or in_I[e] < he_size[e]):
-                        fixed[e] = depth + 1
+                    if he[e, 1] < 0 and (inc[q, 1] > cc or he[e, 3] < he[e, 2]):
+                        he[e, 1] = depth + 1
                         delta_fixed += he_w[e]
-                    cnt[e] = cc + 1
-                ncm = s_cm[depth] + delta
-                nco = s_co[depth] + delta_fixed
+                    he[e, 0] = cc + 1
+                ncm = sf[depth, 4] + delta
+                nco = sf[depth, 5] + delta_fixed
                 acc_ok = k > 0 and nba == 0 and npa + nco <= cap and nmem <= M
                 if k > 0 and nba == 0 and npa + nco <= cap and nmc <= M and nmem > M:
                     stats[1] = 1  # the relaxed run (folded memory ignored) would go on here
                 if not acc_ok and not cpu_ok:  # every larger part is over the bound too
                     for q in range(inc_ptr[x], inc_ptr[x + 1]):
-                        e = inc_he[q]
-                        cnt[e] -= 1
-                        if fixed[e] == depth + 1:
-                            fixed[e] = -1
+                        e = inc[q, 0]
+                        he[e, 0] -= 1
+                        if he[e, 1] == depth + 1:
+                            he[e, 1] = -1
                     continue
                 pairs += 1
                 # D[J, c, f] is inf where J's work cannot fit f accelerators and c cores within
@@ -272,7 +279,7 @@ def _kernel(i0, i1, budget, row, mx, words, pa, pc, mem, mem_core, bad_acc, bad_
                 if acc_ok:
                     load = npa + ncm
                     if load <= cap:
-                        stats[2] += 1
+                        within += 1
                     if load <= cap and wJ <= w_hi:  # one test instead of the loop's first, per (c, f)
                         for c in range(l + 1):
                             for f in range(1, k + 1):
@@ -303,24 +310,24 @@ def _kernel(i0, i1, budget, row, mx, words, pa, pc, mem, mem_core, bad_acc, bad_
                                 BJ[I, c, f] = J
                                 BT[I, c, f] = 4
                 depth += 1
-                stB[depth] = x
-                stP[depth] = R
-                s_pa[depth] = npa
-                s_pc[depth] = npc
-                s_mem[depth] = nmem
-                s_mc[depth] = nmc
-                s_ba[depth] = nba
-                s_bc[depth] = nbc
-                s_cm[depth] = ncm
-                s_co[depth] = nco
+                sf[depth, 0] = npa
+                sf[depth, 1] = npc
+                sf[depth, 2] = nmem
+                sf[depth, 3] = nmc
+                sf[depth, 4] = ncm
+                sf[depth, 5] = nco
+                si[depth, 0] = nba
+                si[depth, 1] = nbc
+                si[depth, 2] = x
+                si[depth, 3] = R
             else:
                 if depth > 0:
-                    x = stB[depth]
+                    x = si[depth, 2]
                     for q in range(inc_ptr[x], inc_ptr[x + 1]):
-                        e = inc_he[q]
-                        cnt[e] -= 1
-                        if fixed[e] == depth:
-                            fixed[e] = -1
+                        e = inc[q, 0]
+                        he[e, 0] -= 1
+                        if he[e, 1] == depth:
+                            he[e, 1] = -1
                 depth -= 1
         # J = I: a device may stay empty
         for c in range(l + 1):
@@ -339,6 +346,7 @@ def _kernel(i0, i1, budget, row, mx, words, pa, pc, mem, mem_core, bad_acc, bad_
         if pairs >= budget:
             break
     stats[0] += pairs
+    stats[2] += within
     return I
 
 
