@@ -199,7 +199,9 @@ def summary(rows) -> str:
 
 def render(rows) -> None:
     order = ["generated", "zoo", "reference", "latency", "symmetry"]
-    rows = sorted(rows, key=lambda r: order.index(r["section"]))  # stable within a section
+    # by section, then instance (size, name, k); stable, so a rerun's rows sit where they were
+    rows = sorted(rows, key=lambda r: (order.index(r["section"]),) + ((r["nodes"], r["graph"], r["k"])
+                                                                      if r["section"] != "latency" else ()))
     readme = HERE / "README.md"
     head = readme.read_text().split("<!-- table -->")[0] if readme.exists() else "# Integer programs\n\n"
     readme.write_text(head + "<!-- table -->\n" + table(rows) + "\n" + summary(rows))
