@@ -235,3 +235,47 @@ def test_cli_json_contract(tmp_path, capsys, method):
     assert main(["partition", str(path), "--method", method, "-k", "3", "--time-limit", "0.5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] in ("optimal", "time_limit") and out["bound"] <= out["objective"] + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_orbitope_rows_keep_exactly_one_labelling_of_each_split(seed):
+    """symmetry="orbitope": every feasible split, labelled as `canonical_labels` does, is a model
+    point with its load (no split is lost), and a relabelling of two used accelerators is not
+    (the k! labellings are cut to one)."""
+    from devplace_lite.mip.throughput import canonical_labels
+
+    g, c = case(seed)
+    rng = np.random.default_rng(seed)
+    data = UnitData(g, c)
+    form = _DeviceModel(data, seed % 2 == 0, "orbitope")
+    for _ in range(40):
+        a = rng.integers(0, c.size, data.U)[data.unit]
+        ev = evaluate(g, c, a)
+        if not ev.feasible or (seed % 2 == 0 and ev.split == "none"):
+            continue
+        a = canonical_labels(data, a)
+        v = form.encode(a)
+        assert form.model.violation(v) <= 1e-9
+        assert v[form.T] == pytest.approx(ev.max_load)
+        used = sorted({int(d) for d in a if d < c.k})
+        if len(used) >= 2:
+            swap = {used[0]: used[1], used[1]: used[0]}
+            b = np.array([swap.get(int(d), int(d)) for d in a])
+            assert form.model.violation(form.encode(b)) > 0.5
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_orbitope_rows_and_the_combinatorial_cut_keep_the_optimum(seed):
+    """The contiguous and non-contiguous IPs with the orbitope rows and the chapter 05 cut equal
+    the exhaustive optimum, on SCIP and HiGHS alternately, and the cut is below it."""
+    from devplace_lite.bounds import combinatorial_bound
+
+    g, c = case(seed)
+    comb = combinatorial_bound(g, c).bound
+    for kind in ("contiguous", "noncontiguous"):
+        truth = exhaustive(g, c, kind=EXHAUSTIVE_KIND[kind]).objective
+        assert comb <= truth + 1e-9
+        r = throughput_ip(g, c, kind, solver=("scip", "highs")[seed % 2], symmetry="orbitope", bound_cut=True,
+                          warm_start=None if seed % 4 == 1 else "auto")
+        assert r.status == "optimal" and close(r.objective, truth), (kind, r.objective, truth)
+        check_result(r, kind)
