@@ -8,7 +8,7 @@ CHAPTERS  := $(sort $(wildcard chapters/[0-9][0-9]_*.md))
 NOTEBOOKS := $(patsubst chapters/%.md,build/notebooks/%.ipynb,$(CHAPTERS))
 JOBS   ?= 2
 
-.PHONY: install test test-unit test-chapters book notebooks pdf reference lab data bench student test-student test-book clean
+.PHONY: install test test-unit test-chapters book notebooks pdf reference lab data bench student student-book test-student test-book clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,11 +55,24 @@ book: $(EXECUTED)
 # build/executed/full/student), as Colab and Binder open them.
 notebooks: $(STAMP)
 	$(BIN)/python -m devplace_lite.book notebooks --student
-	touch $(EXECUTED)
+	touch $(EXECUTED) $(STUDENT_EXECUTED)
 
-# The whole book as one PDF (build/devplace_lite.pdf): the single-page HTML printed by Chromium.
+# The whole book as one PDF (build/devplace_lite.pdf): the single-page HTML printed by Chromium
+# (found on the PATH, or Debian's chromium package installed when running as root; otherwise it
+# stops with one line naming the package). Fails when anything is wider than the page.
 pdf: $(EXECUTED)
 	$(BIN)/python -m devplace_lite.book pdf
+
+# The course edition: the book without solutions and rubrics (checks kept, exercises as stubs),
+# executed full size, as HTML (build/book-student/_build/html) and PDF (build/devplace_lite-student.pdf).
+STUDENT_EXECUTED := build/executed/full/student/.done
+$(STUDENT_EXECUTED): $(CHAPTERS) $(STAMP) devplace_lite/student.py
+	$(BIN)/python -m devplace_lite.book notebooks --edition student
+	touch $@
+
+student-book: $(STUDENT_EXECUTED)
+	$(BIN)/python -m devplace_lite.book html --edition student
+	$(BIN)/python -m devplace_lite.book pdf --edition student
 
 # The authors' published workloads (MIT) from their public repository into build/reference;
 # then export DEVPLACE_REFERENCE=$(CURDIR)/build/reference/msr-dnn-partitioning
@@ -74,7 +87,8 @@ student: $(STAMP)
 test-student: student
 	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env build/student/notebooks -p no:cacheprovider
 
-# The rendered book (built FAST into a temp dir) opened in headless Chromium, installed if missing.
+# The rendered book, built FAST as `make book` builds it in a clone of a local path (a temp copy of
+# this checkout), opened in headless Chromium (installed if missing), and its PDF.
 test-book: $(STAMP)
 	$(BIN)/python -m pytest tests/test_book.py -p no:cacheprovider
 

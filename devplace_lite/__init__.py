@@ -6,7 +6,8 @@ The public surface, importable without torch:
 * `Cluster`: ``k`` accelerators with a memory cap and ``l`` CPU cores;
 * `evaluate`: score any placement under the one cost model;
 * `partition`: run a registered method (`devplace_lite.methods.PARTITION`: ``dp``, ``ip``,
-  ``brkga``, ...) and get a `Result` (placement, objective, status, bound);
+  ``brkga``, ...) and get a certified `Result` (placement, objective, proven bound, status);
+* `latency`: the same for one sample's latency (`devplace_lite.methods.LATENCY`);
 * `bound`: a proven lower bound on the optimal max-load (`devplace_lite.methods.BOUND`);
 * the errors (`DevplaceError` and its kinds), raised for every bad input;
 * `plan`: from a PyTorch model to a certified pipeline plan (imports torch when called).
@@ -33,14 +34,17 @@ from .devices import Cluster
 from .errors import ClusterError, DevplaceError, GraphError, LimitError, UsageError
 from .graph import Graph, Node
 from .io import load_graph
-from .methods import BOUND, PARTITION, resolve
+from . import solve
+from .methods import BOUND, LATENCY, PARTITION
 from .result import Result
+from .solve import BOUND_TIME
 
 if TYPE_CHECKING:  # the bounds (and numba) load only when a bound is asked for
     from .bounds.bound import Bound
 
-__all__ = ["Cluster", "ClusterError", "DevplaceError", "Evaluation", "Graph", "GraphError", "LimitError",
-           "Node", "Result", "UsageError", "bound", "evaluate", "load_graph", "partition", "plan"]
+__all__ = ["BOUND", "Cluster", "ClusterError", "DevplaceError", "Evaluation", "Graph", "GraphError", "LATENCY",
+           "LimitError", "Node", "PARTITION", "Result", "UsageError", "bound", "evaluate", "latency", "load_graph",
+           "partition", "plan"]
 
 
 def _inputs(graph: Graph | str | PathLike, cluster: Cluster | None) -> tuple[Graph, Cluster]:
@@ -49,22 +53,27 @@ def _inputs(graph: Graph | str | PathLike, cluster: Cluster | None) -> tuple[Gra
 
 
 def partition(graph: Graph | str | PathLike, cluster: Cluster | None = None, method: str = "dp", *,
-              time_limit: float | None = None, seed: int = 0) -> Result:
-    """Minimise the largest device load of ``graph`` on ``cluster`` with a registered method.
+              time_limit: float | None = None, bound_time: float = BOUND_TIME, certify: bool = True,
+              seed: int = 0) -> Result:
+    """Minimise the largest device load of ``graph`` on ``cluster`` with a registered method,
+    and certify the answer: what ``devplace partition`` answers.
 
     Parameters
     ----------
     graph : a `Graph`, or the path of a graph file (native or the authors' JSON).
     cluster : the devices; default: the file's own (``Cluster.for_graph``).
     method : a name of `devplace_lite.methods.PARTITION` (its entry says what the method
-        searches, whether it is exact and how it treats ``time_limit``).
-    time_limit : seconds; an anytime method returns its incumbent, bound and status when they
-        run out.
+        searches, whether it is exact, how it treats ``time_limit`` and what certifies it).
+    time_limit : wall seconds for the whole call, method and certificate; an anytime method
+        returns its incumbent, bound and status when they run out.
+    bound_time : seconds at most for the certifying bound (`devplace_lite.solve`).
+    certify : False: the method's raw answer, without a certificate.
     seed : for the methods that draw random numbers.
 
     Returns
     -------
-    Result
+    Result: ``bound`` is a proven lower bound on the optimum of the splits the method searches,
+    and ``status`` is ``optimal`` whenever that bound meets the objective.
 
     Raises
     ------
@@ -72,18 +81,37 @@ def partition(graph: Graph | str | PathLike, cluster: Cluster | None = None, met
     the graph is too large for the method.
     """
     g, c = _inputs(graph, cluster)
-    return resolve(PARTITION, method)(g, c, time_limit=time_limit, seed=seed)
+    return solve.partition(g, c, method, time_limit=time_limit, bound_time=bound_time, certify=certify, seed=seed)
+
+
+def latency(graph: Graph | str | PathLike, cluster: Cluster | None = None, method: str = "ip", *,
+            time_limit: float | None = None, bound_time: float = BOUND_TIME, certify: bool = True,
+            seed: int = 0) -> Result:
+    """Minimise one sample's latency (inference) with a method of
+    `devplace_lite.methods.LATENCY`, certified by the latency bounds: what ``devplace latency``
+    answers. Parameters, returns and errors as for `partition`.
+
+    >>> import devplace_lite as dl
+    >>> from devplace_lite.generators import layered
+    >>> r = dl.latency(layered(10, seed=1), dl.Cluster(accelerators=2, cpus=1), "greedy")
+    >>> r.bound <= r.objective
+    True
+    """
+    g, c = _inputs(graph, cluster)
+    return solve.latency(g, c, method, time_limit=time_limit, bound_time=bound_time, certify=certify, seed=seed)
 
 
 def bound(graph: Graph | str | PathLike, cluster: Cluster | None = None, method: str = "best", *,
           time_limit: float | None = None) -> "Bound":
-    """A proven lower bound on the optimal largest device load (`devplace_lite.methods.BOUND`).
+    """A proven lower bound on the optimal largest device load (`devplace_lite.methods.BOUND`):
+    what ``devplace bound`` answers. ``time_limit`` is the whole call's wall time (a method
+    still running then answers with what its finished steps proved).
 
     Parameters and errors as for `partition`; returns a `Bound` (value, status, the optimum it
     bounds).
     """
     g, c = _inputs(graph, cluster)
-    return resolve(BOUND, method)(g, c, time_limit=time_limit)
+    return solve.bound(g, c, method, time_limit=time_limit)
 
 
 def plan(model: Any, example_inputs: Sequence[Any], **options: Any):

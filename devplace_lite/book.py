@@ -6,10 +6,16 @@ One path serves ``make notebooks``, ``make book``, ``make pdf`` and the rendered
 1. :func:`execute_all` runs each chapter (a MyST notebook) top to bottom in a fresh kernel, two
    at a time, and writes the executed ``.ipynb`` (FAST mode or full size);
 2. :func:`stage` puts those notebooks beside the book's other pages and a copy of
-   ``_config.yml`` with execution off, the repository (for the launch links) filled in;
+   ``_config.yml`` with execution off, the repository (for the launch links) filled in when
+   :func:`repo_url` finds a GitHub or GitLab address (else the links are left out, with one
+   note: a clone of a local path, another host, an archive without git);
 3. :func:`build` runs ``jupyter-book build`` on the staged folder (``html`` or ``singlehtml``);
 4. :func:`print_pdf` prints the single-page HTML book to one PDF with Chromium, after MathJax
-   (a local copy, ``sphinx-mathjax-offline``) has typeset every formula.
+   (a local copy, ``sphinx-mathjax-offline``) has typeset every formula, and reports what is
+   wider than the page (:data:`OVERFLOW`, measured with print styles at the page's width).
+
+Two editions: the instructor's (solutions folded under each exercise, rubrics) and the
+student's (``--edition student``: `devplace_lite.student` takes solutions and rubrics out).
 
 The install cell of every chapter (the first code cell, tagged ``hide-cell``) installs the
 library on hosted notebooks (Colab, Binder) from ``INSTALL_FROM``; :func:`stamp_install` writes
@@ -18,11 +24,13 @@ the checkout's ``origin`` remote.
 
 Usage::
 
-    python -m devplace_lite.book notebooks [--fast] [--student]   # build/executed/
-    python -m devplace_lite.book html [--fast]                    # build/book/_build/html
-    python -m devplace_lite.book pdf [--fast]                     # build/devplace_lite.pdf
+    python -m devplace_lite.book notebooks [--fast] [--student] [--edition E]   # build/executed/
+    python -m devplace_lite.book html [--fast] [--edition E]    # build/book[-student]/_build/html
+    python -m devplace_lite.book pdf [--fast] [--edition E]     # build/devplace_lite[-student].pdf
 
-Needs the ``book`` extra (jupyter-book, jupytext, nbclient) and, for the PDF, Chromium.
+Needs the ``book`` extra (jupyter-book, jupytext, nbclient) and, for the PDF, Chromium
+(:func:`ensure_chromium`: Debian's package installed when running as root, else one line
+naming it).
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ CHAPTERS = ROOT / "chapters"
 BUILD = ROOT / "build"
 EXECUTED = BUILD / "executed"
 PDF = BUILD / "devplace_lite.pdf"
+#: The student edition's chapters (devplace_lite.student), executed into EXECUTED/<mode>/student.
+STUDENT_SRC = BUILD / "student"
 #: Files of the chapters folder that the staged book needs besides the notebooks.
 PAGES_COPIED = ("_toc.yml", "*.bib", "_static")
 #: The install cell's line that names what to install; `stamp_install` rewrites it.
@@ -85,19 +95,50 @@ def notebook_pages(chapters: Path = CHAPTERS) -> list[str]:
     return [f for f in toc_files(chapters) if (chapters / f"{f}.md").exists() and is_notebook(chapters / f"{f}.md")]
 
 
-def repo_url() -> str | None:
-    """The project's repository as an https URL: ``DEVPLACE_REPO_URL``, else the checkout's
-    ``origin`` remote, else None."""
-    url = os.environ.get("DEVPLACE_REPO_URL")
-    if not url and shutil.which("git"):
-        r = subprocess.run(["git", "-C", str(ROOT), "remote", "get-url", "origin"], capture_output=True, text=True)
+#: Hosts whose launch links sphinx_book_theme can build: Colab opens GitHub only, Binder both.
+LAUNCH_HOSTS = {"github.com": ("colab_url", "binderhub_url"), "gitlab.com": ("binderhub_url",)}
+#: The launch-link settings of ``_config.yml`` (kept only where a host above is known).
+LAUNCH_KEYS = ("colab_url", "binderhub_url")
+
+
+def _configured_url(root: Path) -> str | None:
+    """``repository.url`` of the book's ``_config.yml`` (unset in the project: a fork sets its own)."""
+    import yaml
+
+    cfg = root / "chapters" / "_config.yml"
+    if not cfg.exists():
+        return None
+    return ((yaml.safe_load(cfg.read_text()) or {}).get("repository") or {}).get("url")
+
+
+def repo_url(root: Path = ROOT) -> str | None:
+    """The project's repository as a web address (``https://HOST/ORG/REPO``), or None.
+
+    From ``DEVPLACE_REPO_URL`` (the publishing workflow sets it), else ``repository.url`` of
+    ``chapters/_config.yml``, else the checkout's ``origin`` remote. A local path, a ``file://``
+    URL, a checkout without git or without ``origin`` give None: the book names no repository
+    (and never a path of the machine that built it)."""
+    url = os.environ.get("DEVPLACE_REPO_URL") or _configured_url(root)
+    if not url and shutil.which("git") and (root / ".git").exists():
+        r = subprocess.run(["git", "-C", str(root), "remote", "get-url", "origin"], capture_output=True, text=True)
         url = r.stdout.strip() if r.returncode == 0 else None
     if not url:
         return None
-    m = re.match(r"git@([^:]+):(.+)$", url)  # git@github.com:org/repo.git -> https://github.com/org/repo
+    m = re.match(r"^(?:ssh://)?[\w.-]+@([^:/]+)[:/](.+)$", url)  # git@github.com:org/repo.git -> https://github.com/org/repo
     if m:
         url = f"https://{m.group(1)}/{m.group(2)}"
-    return re.sub(r"\.git$", "", url)
+    url = re.sub(r"\.git$", "", url.strip().rstrip("/"))
+    return url if re.match(r"^https?://[^/\s]+/[^/\s]+/[^\s]+$", url) else None
+
+
+def launch_note(url: str | None) -> str | None:
+    """Why the book has no launch links (Colab, Binder) for ``url``, in one line; None when it has."""
+    host = re.sub(r"^https?://", "", url).split("/")[0].lower() if url else None
+    if host in LAUNCH_HOSTS:
+        return None
+    why = f"{url} is not on GitHub or GitLab" if url else "no repository address (no git origin with a web address)"
+    return (f"launch links (Colab, Binder) left out: {why}; set DEVPLACE_REPO_URL=https://github.com/ORG/REPO "
+            f"(or repository.url in chapters/_config.yml) to add them")
 
 
 def install_target(url: str | None, ref: str | None = None) -> str:
@@ -167,9 +208,11 @@ def execute_all(out_dir: Path, fast: bool, chapters: Path = CHAPTERS, jobs: int 
     return errors, seconds
 
 
-def stage(notebooks: Path, dest: Path, chapters: Path = CHAPTERS, url: str | None = None) -> Path:
+def stage(notebooks: Path, dest: Path, chapters: Path = CHAPTERS, url: str | None = None,
+          edition: str = "instructor") -> Path:
     """A source folder for jupyter-book: the executed notebooks, the other pages, and the config
-    with execution off and the repository of the launch links filled in."""
+    with execution off and the repository of the launch links filled in (only a GitHub or GitLab
+    address: the theme can build links for no other). The student edition says so in its title."""
     import yaml
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -187,9 +230,15 @@ def stage(notebooks: Path, dest: Path, chapters: Path = CHAPTERS, url: str | Non
                 shutil.copy2(p, dest / p.name)
     config = yaml.safe_load((chapters / "_config.yml").read_text())
     config.setdefault("execute", {})["execute_notebooks"] = "off"  # executed already
-    if url:
+    if edition == "student":
+        config["title"] = f"{config.get('title', '')} (student edition)".strip()
+    host = re.sub(r"^https?://", "", url).split("/")[0].lower() if url else None
+    if host in LAUNCH_HOSTS:
         config.setdefault("repository", {})["url"] = url
-    else:  # no repository known: no launch links rather than links to nowhere
+        buttons = config.setdefault("launch_buttons", {})
+        for key in set(LAUNCH_KEYS) - set(LAUNCH_HOSTS[host]):
+            buttons.pop(key, None)  # the theme warns (fails the build) on a link it cannot make
+    else:  # no address the theme can parse: no launch links rather than a failed build or links to nowhere
         config.pop("repository", None)
         config.pop("launch_buttons", None)
     (dest / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -213,6 +262,34 @@ def find_chromium() -> str | None:
         if path:
             return path
     return None
+
+
+class ChromiumMissing(RuntimeError):
+    """No Chromium, and none could be installed; the message (one line) names the package."""
+
+
+def ensure_chromium(install: bool = True) -> str:
+    """Path of a Chromium binary. Where none is on the PATH and this runs as root with apt-get,
+    Debian's ``chromium`` package is installed (as the rendered-book test does); otherwise
+    :class:`ChromiumMissing` says which package to install."""
+    found = find_chromium()
+    if found:
+        return found
+    how = "install the chromium package (Debian/Ubuntu: sudo apt-get install chromium)"
+    if not install or not shutil.which("apt-get") or os.geteuid() != 0:
+        raise ChromiumMissing(f"Chromium is needed and not installed: {how}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    log = ""
+    for step in (["apt-get", "install", "-y", "-q", "chromium"], ["apt-get", "update", "-q"],
+                 ["apt-get", "install", "-y", "-q", "chromium"]):
+        r = subprocess.run(step, env=env, capture_output=True, text=True, timeout=900)
+        log = " ".join((r.stdout + r.stderr)[-300:].split())
+        if step[1] == "install" and r.returncode == 0:
+            break
+    found = find_chromium()
+    if not found:
+        raise ChromiumMissing(f"Chromium is needed and apt-get could not install it ({log}): {how}")
+    return found
 
 
 class Browser:
@@ -332,26 +409,28 @@ class Browser:
             raise RuntimeError(f"page script failed: {res['exceptionDetails']}")
         return res["result"].get("value")
 
-    def inspect(self, url: str, script: str, timeout: float = 60, screenshot: Path | None = None) -> dict:
-        """Open ``url``, wait for its load event, return the JSON that ``script`` (an expression
-        evaluating to a Promise of a JSON string) produces, with ``requests``: every URL the page
-        asked for. With ``screenshot``, the page (up to 4000 px of it) is saved there as PNG."""
-        target, session, requests = self.open(url, timeout=timeout)
+    def inspect(self, url: str, script: str, timeout: float = 60, screenshot: Path | None = None,
+                width: int = 1280) -> dict:
+        """Open ``url`` in a window ``width`` px wide, wait for its load event, return the JSON that
+        ``script`` (an expression evaluating to a Promise of a JSON string) produces, with
+        ``requests``: every URL the page asked for. With ``screenshot``, the page (up to 4000 px
+        of it) is saved there as PNG."""
+        target, session, requests = self.open(url, width=width, timeout=timeout)
         try:
             out = json.loads(self.evaluate(session, script, timeout))
             if screenshot is not None:
-                self.screenshot(session, screenshot)
+                self.screenshot(session, screenshot, width=width)
             self._drain(session, requests)
             out["requests"] = requests
             return out
         finally:
             self.send("Target.closeTarget", {"targetId": target})
 
-    def screenshot(self, session: str, path: Path, max_height: int = 4000) -> None:
+    def screenshot(self, session: str, path: Path, max_height: int = 4000, width: int = 1280) -> None:
         import base64
 
         height = int(self.evaluate(session, "document.documentElement.scrollHeight"))
-        clip = {"x": 0, "y": 0, "width": 1280, "height": min(height, max_height), "scale": 1}
+        clip = {"x": 0, "y": 0, "width": width, "height": min(height, max_height), "scale": 1}
         data = self.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True},
                          session=session, timeout=120)["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -376,21 +455,60 @@ MATH_READY = """
 (async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   if (window.MathJax && MathJax.typesetPromise) { await MathJax.typesetPromise(); }
+  if (window.devplaceFit) { devplaceFit(); }   // the book's tables, fitted to the column once typeset
   return JSON.stringify({math: document.querySelectorAll('mjx-container').length});
 })()
 """
 
 
+#: What is wider than its column: every table, formula, code block and output box that shows
+#: (folded and hidden ones have no box) and is wider than its own box (scrollWidth > clientWidth:
+#: it scrolls, or spills) or reaches past the text column. A JSON list of one-line descriptions.
+OVERFLOW = r"""
+(() => {
+  const main = document.querySelector('main') || document.body;
+  const article = main.querySelector('article') || main;   // the text, not the sidebars
+  const col = article.getBoundingClientRect();
+  const right = Math.min(col.right, document.documentElement.clientWidth);
+  const sel = 'table, mjx-container[display="true"], mjx-container, div.math, pre, div.highlight, ' +
+              'div.cell_output, div.output, .text_html, .text_markdown, img, dl, blockquote';
+  const out = [];
+  // innermost first: a table that spills is named, not every box around it
+  for (const e of Array.from(article.querySelectorAll(sel)).reverse()) {
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    // an inline formula's glyphs overhang its box by a pixel or two: only its right edge counts
+    const inline = getComputedStyle(e).display.startsWith('inline') ||
+                   (e.tagName === 'MJX-CONTAINER' && e.getAttribute('display') !== 'true');
+    const spill = !inline && e.scrollWidth > e.clientWidth + 2 && e.clientWidth > 0;
+    const past = r.right > right + 2;
+    if (!spill && !past) continue;
+    if (Array.from(e.querySelectorAll(sel)).some(c => out.some(o => o.el === c))) continue;
+    const what = e.tagName.toLowerCase() + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ')[0] : '');
+    const page = (e.closest('section[id]') || {}).id || '';
+    const width = Math.max(e.scrollWidth, Math.round(r.right - col.left));
+    out.push({el: e, text: `${what} in #${page}: ${width} px in ${Math.round(right - col.left)} px: ` +
+                           (e.textContent || e.getAttribute('src') || '').replace(/\s+/g, ' ').trim().slice(0, 70)});
+  }
+  return JSON.stringify(out.reverse().map(o => o.text));
+})()
+"""
+
+#: The printable width of the PDF's pages (A4, half-inch margins) in CSS pixels.
+PAGE = {"paperWidth": 8.27, "paperHeight": 11.69, "marginTop": 0.6, "marginBottom": 0.6, "marginLeft": 0.5,
+        "marginRight": 0.5}
+PRINT_WIDTH_PX = round((PAGE["paperWidth"] - PAGE["marginLeft"] - PAGE["marginRight"]) * 96)
+
+
 def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float = 600) -> dict:
     """Print ``html`` (the single-page book) to ``pdf`` with headless Chromium, once every image
     has loaded and MathJax has typeset every formula. Returns what it saw: ``math`` (typeset
-    formulas), ``images``, ``broken`` (images that did not load) and ``titles`` (the h1 and h2
-    headings: in the single-page book a chapter's title is an h2)."""
+    formulas), ``images``, ``broken`` (images that did not load), ``titles`` (the h1 and h2
+    headings: in the single-page book a chapter's title is an h2) and ``overflow`` (what is wider
+    than the page, measured with print styles at the page's printable width)."""
     import base64
 
-    binary = binary or find_chromium()
-    if binary is None:
-        raise RuntimeError("Chromium is needed for the PDF: apt-get install chromium")
+    binary = binary or ensure_chromium()
     profile = Path(tempfile.mkdtemp(prefix="devplace-pdf-"))
     browser = Browser(binary, profile)
     try:
@@ -403,10 +521,14 @@ def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float =
                                                 "broken: Array.from(document.images).filter(i => !i.naturalWidth)"
                                                 ".map(i => i.src), titles: Array.from(document.querySelectorAll('main h1, main h2'))"
                                                 ".map(h => h.textContent.replace('#', '').trim())})", timeout)))
-        data = browser.send("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": False,
-                                                "paperWidth": 8.27, "paperHeight": 11.69,
-                                                "marginTop": 0.6, "marginBottom": 0.6, "marginLeft": 0.5,
-                                                "marginRight": 0.5, "displayHeaderFooter": True,
+        # lay the page out as the printer will (print styles, the page's width) and measure
+        browser.send("Emulation.setEmulatedMedia", {"media": "print"}, session=session)
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": PRINT_WIDTH_PX, "height": 1100,
+                                                            "deviceScaleFactor": 1, "mobile": False}, session=session)
+        browser.evaluate(session, "window.devplaceFit ? (devplaceFit(), 1) : 0", timeout)
+        seen["overflow"] = json.loads(browser.evaluate(session, OVERFLOW, timeout))
+        data = browser.send("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": False, **PAGE,
+                                                "displayHeaderFooter": True,
                                                 "headerTemplate": "<span></span>",
                                                 "footerTemplate": "<div style='font-size:8px;width:100%;"
                                                                   "text-align:center'><span class='pageNumber'>"
@@ -424,66 +546,115 @@ def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float =
 
 
 # -- the command line ---------------------------------------------------------------------------
-def _notebooks(fast: bool, student: bool) -> int:
-    target = install_target(repo_url(), os.environ.get("DEVPLACE_REPO_REF"))
-    out = EXECUTED / ("fast" if fast else "full")
-    errors, _ = execute_all(out, fast, target=target)
-    if student:
-        from .student import make_student
+EDITIONS = ("instructor", "student")
 
-        student_src = BUILD / "student"
-        make_student(CHAPTERS, student_src)
-        s_errors, _ = execute_all(out / "student", fast, chapters=student_src / "chapters", target=target)
-        errors.update({f"student/{k}": v for k, v in s_errors.items()})
+
+def _executed(fast: bool, edition: str) -> Path:
+    out = EXECUTED / ("fast" if fast else "full")
+    return out / "student" if edition == "student" else out
+
+
+def _notebooks(fast: bool, editions: tuple[str, ...]) -> int:
+    target = install_target(repo_url(), os.environ.get("DEVPLACE_REPO_REF"))
+    errors: dict[str, str | None] = {}
+    for edition in editions:
+        out = _executed(fast, edition)
+        if edition == "student":
+            from .student import make_student
+
+            make_student(CHAPTERS, STUDENT_SRC)
+            s_errors, _ = execute_all(out, fast, chapters=STUDENT_SRC / "chapters", target=target)
+            errors.update({f"student/{k}": v for k, v in s_errors.items()})
+        else:
+            errors.update(execute_all(out, fast, target=target)[0])
     failed = {k: v for k, v in errors.items() if v}
     for name, err in failed.items():
         print(f"{name} failed:\n{err}", file=sys.stderr)
-    print(f"executed notebooks in {out}")
-    return 1 if failed else 0
+    if failed:
+        print(f"{len(failed)} notebook(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    print(f"executed notebooks in {', '.join(str(_executed(fast, e)) for e in editions)}")
+    return 0
 
 
-def _html(fast: bool, builder: str) -> tuple[int, Path]:
-    notebooks = EXECUTED / ("fast" if fast else "full")
-    missing = [n for n in notebook_pages() if not (notebooks / f"{n}.ipynb").exists()]
-    if missing:
-        print(f"not executed yet: {', '.join(missing)} (make notebooks)", file=sys.stderr)
+def _html(fast: bool, builder: str, edition: str = "instructor") -> tuple[int, Path]:
+    """Stage and build one edition; returns (exit status, output folder). Prints the build's
+    warnings, or the error, never a success line for a failed build."""
+    notebooks = _executed(fast, edition)
+    chapters = STUDENT_SRC / "chapters" if edition == "student" else CHAPTERS
+    if edition == "student" and not chapters.is_dir():
+        print("the student edition is not written yet (make student-book)", file=sys.stderr)
         return 2, notebooks
-    src = BUILD / ("book-src" if builder == "html" else f"book-src-{builder}")
+    missing = [n for n in notebook_pages(chapters) if not (notebooks / f"{n}.ipynb").exists()]
+    if missing:
+        how = "make student-book" if edition == "student" else "make notebooks"
+        print(f"not executed yet: {', '.join(missing)} ({how})", file=sys.stderr)
+        return 2, notebooks
+    suffix = ("" if builder == "html" else f"-{builder}") + ("-student" if edition == "student" else "")
+    src = BUILD / f"book-src{suffix}"
     shutil.rmtree(src, ignore_errors=True)
-    stage(notebooks, src, url=repo_url())
-    out = BUILD / ("book" if builder == "html" else f"book-{builder}")
+    url = repo_url()
+    stage(notebooks, src, chapters=chapters, url=url, edition=edition)
+    out = BUILD / f"book{suffix}"
     r = build(src, out, builder)
     log = r.stdout + r.stderr
-    warnings = [ln for ln in log.splitlines() if "WARNING" in ln]
-    print("\n".join(warnings[:40]) or f"{builder}: no warnings")
     if r.returncode != 0:
         print(log[-3000:], file=sys.stderr)
+        print(f"{builder}: jupyter-book build failed (exit status {r.returncode})", file=sys.stderr)
         return r.returncode, out
-    return (1 if warnings else 0), out
+    warnings = [ln for ln in log.splitlines() if "WARNING" in ln]
+    if warnings:
+        print("\n".join(warnings[:40]), file=sys.stderr)
+        print(f"{builder}: {len(warnings)} warning(s): the build counts as failed", file=sys.stderr)
+        return 1, out
+    note = launch_note(url)
+    if note:
+        print(note)
+    return 0, out
+
+
+def _pdf(fast: bool, edition: str) -> int:
+    try:
+        binary = ensure_chromium()
+    except ChromiumMissing as e:
+        print(f"make pdf: {e}", file=sys.stderr)
+        return 2
+    rc, out = _html(fast, "singlehtml", edition)
+    if rc != 0:
+        return rc
+    pdf = PDF.with_name(PDF.stem + "-student.pdf") if edition == "student" else PDF
+    seen = print_pdf(out / "_build" / "singlehtml" / f"{toc_files()[0]}.html", pdf, binary)
+    bad = 0
+    if seen["broken"]:
+        print(f"figures that did not load: {seen['broken'][:5]}", file=sys.stderr)
+        bad = 1
+    if seen["overflow"]:
+        print(f"wider than the page: {'; '.join(seen['overflow'][:5])}", file=sys.stderr)
+        bad = 1
+    if bad:
+        print(f"{pdf} written, with the faults above", file=sys.stderr)
+        return 1
+    print(f"{pdf} written: {len(seen['titles'])} headings, {seen['images']} figures, "
+          f"{seen['math']} formulas typeset, nothing wider than the page")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Build the book's notebooks, HTML and PDF.")
     ap.add_argument("what", choices=("notebooks", "html", "pdf"))
     ap.add_argument("--fast", action="store_true", help="FAST mode (DEVPLACE_FAST=1), as the tests")
-    ap.add_argument("--student", action="store_true", help="notebooks: the student edition too")
+    ap.add_argument("--edition", choices=EDITIONS, default="instructor",
+                    help="instructor (solutions folded, rubrics) or student (no solutions, no rubrics)")
+    ap.add_argument("--student", action="store_true", help="notebooks: both editions")
     args = ap.parse_args(argv)
     if args.what == "notebooks":
-        return _notebooks(args.fast, args.student)
+        return _notebooks(args.fast, EDITIONS if args.student else (args.edition,))
     if args.what == "html":
-        rc, out = _html(args.fast, "html")
-        print(f"open {out / '_build' / 'html' / 'index.html'}")
+        rc, out = _html(args.fast, "html", args.edition)
+        if rc == 0:
+            print(f"open {out / '_build' / 'html' / 'index.html'}")
         return rc
-    rc, out = _html(args.fast, "singlehtml")
-    if rc != 0:
-        return rc
-    seen = print_pdf(out / "_build" / "singlehtml" / f"{toc_files()[0]}.html", PDF)
-    print(f"{PDF} written: {len(seen['titles'])} headings, {seen['images']} figures, "
-          f"{seen['math']} formulas typeset")
-    if seen["broken"]:
-        print(f"figures that did not load: {seen['broken'][:5]}", file=sys.stderr)
-        return 1
-    return 0
+    return _pdf(args.fast, args.edition)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,16 @@
 """The ``devplace`` command line: the contract that scripts, exercises and graders rely on.
 
-Core commands live here (``info``, ``convert``, ``evaluate``, ``partition``, ``latency``,
-``bound``); further commands are plugins in `devplace_lite.commands` (a module with ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``), imported only for their own command so
-that the non-torch commands never import torch.
+Every command is a module of `devplace_lite.commands` (``HELP``, ``add_arguments(parser)``,
+``run(args) -> int``), imported only for its own command so that the non-torch commands never
+import torch; this module parses, runs the one command, and keeps the promises below. The
+answers come from the library (`devplace_lite.solve` for ``partition``, ``latency``, ``bound``).
 
 Errors: one line on stderr naming the problem, exit status 2, no traceback. Ctrl-C ends with
 ``devplace: interrupted`` and status 130, SIGTERM with ``devplace: terminated`` and 143, both
 after removing what was half-written. While a command runs, file descriptor 1 points at
 /dev/null and only the command's own answer reaches stdout (`_stdout_for_answers`): a solver's
 console output cannot break a ``--json`` answer. ``--time-limit`` is the wall time of the whole
-command, from the start of `main` (see `_solve`). A run that lasts more than two seconds shows a
+command, from the start of `main` (`devplace_lite.solve`). A run that lasts more than two seconds shows a
 progress bar on stderr (`devplace_lite.progress`), unless ``--quiet``.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import math
 import os
 import pkgutil
 import signal
@@ -29,253 +28,13 @@ import time
 import warnings
 from typing import Iterator, Sequence
 
-import numpy as np
-
-from . import methods, options, progress
-from .commands import emit, print_json
-from .cost import evaluate
-from .devices import Cluster
-from .errors import DevplaceError, LimitError, UsageError
+from . import progress
+from .errors import DevplaceError, UsageError
 from .files import check_apart, check_output
-from .io import load_graph, load_placement, save_graph
-
-#: Seconds a method gets at least, however little of ``--time-limit`` loading the graph left.
-MIN_SLICE = 0.01
-#: Largest graph whose width ``info`` computes (a max-flow: 33 s of 66 at 10^6 nodes).
-WIDTH_NODES = 250_000
-#: Default seconds of ``partition``'s certifying bound (``--bound-time``).
-BOUND_TIME = 5.0
-#: The share of what is left of ``--time-limit`` kept for the certifying bound, at most.
-BOUND_SHARE = 0.2
-#: The share of ``--time-limit`` (at most one second) kept for the answer and the interpreter's exit.
-EXIT_SHARE = 0.1
-#: Seconds of ``bound``'s limit that its method does not get, so that it stops by itself (a HiGHS
-#: child is killed `devplace_lite.mip.solve.KILL_GRACE` past its limit) before the command stops it.
-STOP_GRACE = 1.0
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
         raise UsageError(message if self.prog == "devplace" else f"{self.prog}: {message}")
-
-
-def _say(note: dict | None) -> None:
-    """A text answer's line on what was clamped (stderr: stdout keeps the answer)."""
-    if note:
-        print(options.clamp_message(note), file=sys.stderr)
-
-
-def _left(args: argparse.Namespace) -> float | None:
-    """Seconds left of ``--time-limit`` (None: no limit), less `EXIT_SHARE` of it (at most a
-    second) kept for printing the answer and leaving the interpreter; never below `MIN_SLICE`."""
-    if args.time_limit is None:
-        return None
-    keep = min(EXIT_SHARE * args.time_limit, 1.0)
-    return max(args.time_limit - keep - (time.monotonic() - args.started), MIN_SLICE)
-
-
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.6g}"
-
-
-# -- info -----------------------------------------------------------------------------------
-def cmd_info(args: argparse.Namespace) -> int:
-    from .ideals import count_ideals, width
-
-    g = load_graph(args.graph)
-    ideals = count_ideals(g, limit=args.limit)
-    info = {
-        "name": g.name, "nodes": g.n, "edges": g.m,
-        "forward_nodes": int((~g.backward).sum()), "backward_nodes": int(g.backward.sum()),
-        "units": int(g.units.max()) + 1 if g.n else 0,
-        "total_acc_work": float(g.p_acc.sum()), "total_cpu_work": float(np.nansum(g.p_cpu)),
-        "memory": float(g.memory.sum()), "unsupported": int((~g.supported).sum()),
-        "defaults": g.defaults, "ideals": ideals, "ideal_limit": args.limit,
-        # the max-flow behind the width took half of info's minute at 10^6 nodes, and a width
-        # matters for the exact methods, which stop long before that size
-        "width": width(g) if g.n <= WIDTH_NODES else None,
-    }
-    if args.json:
-        print_json(info)
-        return 0
-    for key, value in info.items():
-        if key == "ideals" and value is None:
-            value = f"> {args.limit}"
-        if key == "width" and value is None:
-            value = f"not computed past {WIDTH_NODES:,} nodes"
-        if key != "ideal_limit":
-            print(f"{key:16s} {value}")
-    return 0
-
-
-# -- convert --------------------------------------------------------------------------------
-def cmd_convert(args: argparse.Namespace) -> int:
-    g = load_graph(args.input)
-    save_graph(g, args.output, to=args.to)
-    print(f"wrote {args.output} ({args.to}, {g.n} nodes, {g.m} edges)", file=sys.stderr)
-    return 0
-
-
-# -- evaluate -------------------------------------------------------------------------------
-def cmd_evaluate(args: argparse.Namespace) -> int:
-    g = load_graph(args.graph)
-    asked = Cluster.for_graph(g, args.accelerators, args.cpus, args.memory)
-    placement = load_placement(args.placement, g, asked)
-    # the names are checked against the cluster asked for; clamping keeps every one of them
-    used = [asked.device_index(dev) for dev in dict.fromkeys(placement.values())]  # each name once, in file order
-    keep = (max((d + 1 for d in used if d < asked.k), default=0),
-            max((d - asked.k + 1 for d in used if d >= asked.k), default=0))
-    c, note = options.clamp_cluster(asked, g.n, keep)
-    ev = evaluate(g, c, placement)
-    out = ev.to_dict()
-    if note:
-        out["clamped"] = note
-    if args.json:
-        print_json(out)
-        return 0
-    print(f"max load {_fmt(out['objective'])} on {ev.bottleneck}; split: {ev.split}; "
-          f"{'feasible' if ev.feasible else 'INFEASIBLE'}")
-    for d, rec in out["devices"].items():
-        print(f"  {d:6s} load {_fmt(rec['load'])}  compute {_fmt(rec['compute'])}  comm {_fmt(rec['comm'])}  memory {rec['memory']:.0f}")
-    for v in ev.violations:
-        print(f"  violation: {v}")
-    _say(note)
-    return 0
-
-
-# -- partition / latency ----------------------------------------------------------------------
-def _solve(registry: dict[str, str], what: str, args: argparse.Namespace) -> int:
-    """Run a partition or latency method. With ``--time-limit T`` the whole command takes about
-    T seconds: the method gets what loading left, less the certifying bound's share (at most
-    `BOUND_SHARE` of it, at most ``--bound-time``); the bound then gets what the method left,
-    at most ``--bound-time``."""
-    g = load_graph(args.graph)
-    c, note = options.cluster_from_args(g, args)
-    fn = methods.resolve(registry, args.method, what)
-    left = _left(args)
-    reserve = min(args.bound_time, BOUND_SHARE * left) if left is not None else 0.0
-    res = fn(g, c, time_limit=None if left is None else max(left - reserve, MIN_SLICE), seed=args.seed)
-    left = _left(args)
-    seconds = args.bound_time if left is None else min(args.bound_time, left - MIN_SLICE)
-    if registry is methods.PARTITION:
-        _certify(res, seconds, registry[args.method].split)
-    else:
-        _certify_latency(res, seconds)
-    if note:
-        res.extra["clamped"] = note
-    out = res.to_json()
-    if emit(out, args):
-        return 0
-    print(f"{res.method}: objective {_fmt(out['objective'])}  status {res.status}  bound {_fmt(res.bound)}  "
-          f"gap {_fmt(res.gap)}  {res.seconds:.3f}s  split {out.get('split', '-')}")
-    for d, x in out.get("loads", {}).items():
-        print(f"  {d:6s} {x:.6g}")
-    if out.get("reason"):
-        print(f"  infeasible: {out['reason']}")
-    _say(note)
-    return 0
-
-
-def _certify(res, seconds: float, split: str) -> None:
-    """Raise ``res.bound`` to the best bound the library proves in ``seconds``, so that the
-    answer's ``gap`` says how far from optimal it can be. The bound is on the optimum of the
-    splits the method searches (``split``, its registry entry): the chain optimum for pipeline
-    methods, the optimum over all placements otherwise (which also bounds the contiguous
-    optimum; a chain bound would not: a contiguous split can beat every chain)."""
-    if not _needs_bound(res, seconds):
-        return
-    from .bounds.best import best_bound  # not imported for an answer that needs no bound (cold start)
-
-    kind = res.extra["bound_kind"] = "chain" if split == "chain" else "any"
-    _raise_bound(res, seconds, lambda report: best_bound(res.graph, res.cluster, time_limit=seconds, kind=kind,
-                                                         upper=res.objective, on_progress=report))
-
-
-def _certify_latency(res, seconds: float) -> None:
-    """`_certify` for a latency answer: the cheap bounds (critical path, work), then the path
-    and interval programs of `latency_bounds` (valid for the answer's ``q`` calls per
-    accelerator), which keep an ``n x n`` table and so stop at `latency.REACH_NODES`."""
-    if not _needs_bound(res, seconds):
-        return
-    from .bounds.bound import Bound
-    from .latency_bounds import critical_path_bound, ready_bounds, work_bound
-
-    def prove(report) -> Bound:
-        t0 = time.perf_counter()
-        best = max((critical_path_bound(res.graph, res.cluster), "critical-path"),
-                   (work_bound(res.graph, res.cluster), "work"))
-        report(Bound(best[0], best[1], time.perf_counter() - t0, "time_limit", kind="any"))
-        try:
-            path = ready_bounds(res.graph, res.cluster, int(res.extra.get("q", 1))).bound
-        except LimitError:  # too many nodes for the n x n table: the cheap bounds stand
-            path = -math.inf
-        best = max(best, (path, "path"))
-        return Bound(best[0], best[1], time.perf_counter() - t0, "time_limit", kind="any")
-
-    _raise_bound(res, seconds, prove)
-
-
-def _needs_bound(res, seconds: float) -> bool:
-    """Skipped when the method proved optimality itself (no solver runs twice), found no
-    feasible placement (an infeasible split's load bounds nothing) or no time is left."""
-    return res.status in ("feasible", "time_limit") and res.assignment is not None and seconds > 0
-
-
-def _raise_bound(res, seconds: float, prove) -> None:
-    """Run ``prove(report)`` (a `Bound`) for at most ``seconds`` and raise ``res.bound`` to it;
-    stopped midway, keep the last bound it reported."""
-    proven: list = []
-    try:
-        with _overtime_after(seconds + OVERTIME_GRACE):
-            b = prove(proven.append)
-    except _Overtime:  # building a bound's model can outlast its limit on huge graphs: keep what it proved
-        res.extra["bound_skipped"] = f"the certifying bound was stopped after {seconds:.3g} s"
-        if not proven:
-            return
-        b = proven[-1]
-    if math.isfinite(b.bound) and (res.bound is None or b.bound > res.bound):
-        res.bound = b.bound
-        res.extra["bound_method"] = b.method
-
-
-def cmd_partition(args: argparse.Namespace) -> int:
-    return _solve(methods.PARTITION, "method", args)
-
-
-def cmd_latency(args: argparse.Namespace) -> int:
-    return _solve(methods.LATENCY, "latency method", args)
-
-
-# -- bound ----------------------------------------------------------------------------------
-def cmd_bound(args: argparse.Namespace) -> int:
-    g = load_graph(args.graph)
-    c, note = options.cluster_from_args(g, args)
-    fn = methods.resolve(methods.BOUND, args.method, "bound method")
-    left = _left(args)
-    proven: list = []
-    kw = {"on_progress": proven.append} if "on_progress" in (getattr(fn, "__kwdefaults__", None) or {}) else {}
-    try:
-        # the method gets the limit less STOP_GRACE (at most half of it): a HiGHS child killed at its
-        # own limit (KILL_GRACE past it) then answers before the stop below fires and loses its bound
-        limit = None if left is None else max(left - min(STOP_GRACE, 0.5 * left), MIN_SLICE)
-        with contextlib.nullcontext() if left is None else _overtime_after(left):
-            b = fn(g, c, time_limit=limit, **kw)
-    except _Overtime:  # its models outlasted the limit on a huge graph: what it proved, else the
-        from .bounds.combinatorial import node_bound  # bound every placement obeys
-
-        b = proven[-1] if proven else node_bound(g, c)
-        b.status = "time_limit" if b.status == "trivial" else b.status
-        b.extra["stopped"] = (f"{args.method} was stopped at the time limit: "
-                              + ("the bound is what its finished steps proved" if proven else "it proved no bound"))
-    out = b.to_json() if hasattr(b, "to_json") else dict(b)
-    if note:
-        out["clamped"] = note
-    if args.json:
-        print_json(out)
-        return 0
-    print(f"{out['method']}: bound {_fmt(out['bound'])}  status {out['status']}  {out['seconds']:.3f}s")
-    _say(note)
-    return 0
 
 
 def _plugins() -> list[str]:
@@ -284,65 +43,9 @@ def _plugins() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
 
 
-def _quiet(s: argparse.ArgumentParser) -> None:
-    s.add_argument("-q", "--quiet", action="store_true",
-                   help=f"no progress bar (otherwise one appears on stderr once a run lasts {progress.DELAY:g} s)")
-
-
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="devplace", description="Place the operators of a DNN graph on devices.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    s = sub.add_parser("info", help="sizes, total work, ideal count and width of a graph")
-    s.add_argument("graph")
-    s.add_argument("--limit", type=options.IDEAL_LIMIT, default=100_000,
-                   help="stop counting ideals past this many (1..10^8, default 100000)")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_info)
-
-    s = sub.add_parser("convert", help="convert between the native and the authors' (msr) JSON")
-    s.add_argument("input")
-    s.add_argument("output")
-    s.add_argument("--to", choices=["native", "msr"], default="native")
-    s.set_defaults(func=cmd_convert)
-
-    s = sub.add_parser("evaluate", help="score a placement under the cost model")
-    s.add_argument("graph")
-    s.add_argument("placement")
-    options.add_cluster_args(s)
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_evaluate)
-
-    for name, func, registry, help_ in (
-            ("partition", cmd_partition, methods.PARTITION, "minimise the largest device load (throughput)"),
-            ("latency", cmd_latency, methods.LATENCY, "minimise single-sample latency (inference)")):
-        s = sub.add_parser(name, help=help_)
-        s.add_argument("graph")
-        s.add_argument("--method", required=True, help=f"one of: {', '.join(sorted(registry)) or '(none yet)'}")
-        options.add_cluster_args(s)
-        s.add_argument("--time-limit", type=options.SECONDS, metavar="S",
-                       help="wall seconds for the whole command: loading, the method and the certifying bound "
-                            "(a solver stopped by it returns its incumbent, bound and status time_limit)")
-        s.add_argument("--seed", type=options.SEED, default=0, help="seed of randomised methods (0..2^32-1, default 0)")
-        s.add_argument("--out", help="also write the JSON answer to this file (atomically; not an input)")
-        s.add_argument("--json", action="store_true")
-        _quiet(s)
-        s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=BOUND_TIME, metavar="S",
-                       help=f"seconds for the library's best lower bound behind the gap field, run after a "
-                            f"method that did not prove optimality (default {BOUND_TIME:g}; 0: skip). With "
-                            f"--time-limit it fits inside that limit: at most {BOUND_SHARE * 100:.0f}%% of it is kept "
-                            "for the bound, and the bound gets what the method left")
-        s.set_defaults(func=func)
-
-    s = sub.add_parser("bound", help="a proven lower bound on the optimal max-load")
-    s.add_argument("graph")
-    options.add_cluster_args(s, k_required=True)
-    s.add_argument("--method", default="best", help=f"one of: {', '.join(sorted(methods.BOUND)) or '(none yet)'}")
-    s.add_argument("--time-limit", type=options.SECONDS, metavar="S",
-                   help="wall seconds for the whole command (default: the method's own; 10 for best)")
-    s.add_argument("--json", action="store_true")
-    _quiet(s)
-    s.set_defaults(func=cmd_bound)
 
     # plugins: only the one named on the command line is imported (with its heavy dependencies);
     # all of them when none is named, for the help's list of commands
@@ -357,34 +60,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         mod.add_arguments(s)
         s.set_defaults(func=mod.run)
     return p
-
-
-class _Overtime(BaseException):
-    """An optional step ran past its seconds (a BaseException: library code does not swallow it)."""
-
-
-#: Seconds past its own limit after which the certifying bound is stopped from outside.
-OVERTIME_GRACE = 0.5
-
-
-@contextlib.contextmanager
-def _overtime_after(seconds: float) -> Iterator[None]:
-    """Raise `_Overtime` in the block once ``seconds`` of wall time pass (main thread, where the
-    platform has interval timers; elsewhere the block runs to its end)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def overtime(signum, frame):
-        raise _Overtime()
-
-    old = signal.signal(signal.SIGALRM, overtime)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 class _Terminated(BaseException):

@@ -43,7 +43,3 @@ class UsageError(DevplaceError):
 class LimitError(DevplaceError):
     """An input too large for the method asked for; the message names one that scales."""
 
-
-#: The partition methods that answer on a million-node graph within a minute or two (measured in
-#: benchmarks/scale); a `LimitError` for a size names them.
-SCALABLE_METHODS = "time, greedy, topo-fill, kl, local-search, etf, heft"

@@ -1,4 +1,4 @@
-"""Lower bounds on the single-sample latency of `devplace_lite.latency`.
+"""Lower bounds on the single-sample latency of `devplace_lite.latency_model`.
 
 Each bound holds for every split the latency model admits: any placement that respects
 support, CPU times and memory caps, each accelerator running its nodes as convex calls (pieces)
@@ -25,6 +25,8 @@ and a call holding ``a`` and ``v`` holds every node on a path between them.
   call at ``v -> w`` every node of ``I(a, v)`` that feeds ``w`` or anything after it sends its
   output (a residual connection cut with its block).
 * `ready_bounds`, `latency_bound`: the best of them, per node and for the latency.
+* `devplace_lite.latency_segments.best_latency_bound`, the certifier's entry point: these, then
+  the segment bound (whole blocks cut exactly), cheapest first, within a time limit.
 * `latency_caps`: upper bounds on each node's ready time in any split of latency at most a
   given ``UB`` (chapter 04's exercise 2), which shrink the big-M rows of the latency IP.
 
@@ -232,7 +234,7 @@ def _intervals(graph: Graph, acc_ok: np.ndarray, mem: np.ndarray) -> dict[tuple[
     accelerator time of the nodes a call holding both must also hold, ``v`` and every node on a
     path from ``u`` to ``v`` (calls are convex). Edges whose interval holds a node no
     accelerator runs are left out: their ends never share a call."""
-    from .latency import reachability
+    from .latency_model import reachability
 
     R = reachability(graph)
     out = {}
@@ -277,7 +279,7 @@ def interval_bound(graph: Graph, cluster: Cluster, late: bool = True,
     least of that and ``v``'s CPU finish. ``O(n^3)`` for the interval sums (matrix products),
     ``O(n (n + m))`` for the rest.
     """
-    from .latency import reachability
+    from .latency_model import reachability
 
     n = graph.n
     if n > max_nodes:

@@ -1,7 +1,7 @@
 """Latency heuristics: the greedy of Tarnawski et al., the best cut of a topological order into
 calls, and a local search over calls (``devplace latency --method greedy | local-search``).
 
-The problem is that of `devplace_lite.latency` with one call per accelerator (``q = 1``): place
+The problem is that of `devplace_lite.latency_model` with one call per accelerator (``q = 1``): place
 every node on an accelerator or the CPU so that each accelerator's nodes are convex, memory
 caps hold, and the single-sample latency is least. It is NP-hard; these methods find good
 splits fast and prove nothing (a `Result`'s ``bound`` is `devplace_lite.latency_bounds`').
@@ -18,12 +18,15 @@ splits fast and prove nothing (a `Result`'s ``bound`` is `devplace_lite.latency_
 * `start_splits`: every split the library makes cheaply, scored for latency: the greedy, the
   partition methods of `devplace_lite.methods` (the throughput DP's split and the baselines)
   with pieces that come back to an accelerator moved to a free one, all on the CPU, and
-  `order_split` on several orders (the blocks' order, depth first, as late as possible).
+  `order_split` on several orders (the blocks' order, depth first, as late as possible, and
+  along the articulation chain of `devplace_lite.latency_segments.articulation_units`).
 * `improve`: local search from a split. Moves: a block at the border of a call to a
-  neighbour's device, to the CPU or to a free accelerator; a whole call merged into another or
-  sent to the CPU; and re-sequencing: `order_split` on the order in which the current split's
+  neighbour's device, to the CPU or to a free accelerator; a chain of CPU blocks (a branch the
+  CPU runs) to a free accelerator, where it runs beside the other calls (on Inception-v3 single
+  blocks never pay their two transfers back, whole branches do); a whole call merged into
+  another or sent to the CPU; and re-sequencing: `order_split` on the order in which the current split's
   schedule starts the blocks, kept when it is better. Every move is scored by
-  `devplace_lite.latency.call_latency` (``O(n + m)``); the first improving one is taken, in a
+  `devplace_lite.latency_model.call_latency` (``O(n + m)``); the first improving one is taken, in a
   seeded random order, until none improves. Then kicks (re-sequencing with noise on the start
   times, or a few random moves) followed by the same descent, keeping the best, until the time
   is up (an iterated local search).
@@ -52,19 +55,19 @@ import numpy as np
 
 from . import methods
 from .devices import Cluster
+from .errors import LimitError
 from .graph import Graph
-from .latency import call_latency, evaluate_latency, pieces_dict, reentry_pieces
+from .latency_model import call_latency, evaluate_latency, pieces_dict, reentry_pieces
 from .latency_bounds import latency_bound
 from .result import Result, no_feasible_status
 from .units import order_edges, pipeline_units
 
 #: Kicks of the local search when it has no deadline.
 ROUNDS = 20
+#: Longest chain of CPU blocks one move takes to an idle accelerator.
+RUN_BLOCKS = 12
 #: Seconds the throughput DP may take for a start when no deadline is given.
 DP_SECONDS = 10.0
-#: Partition methods whose splits seed the latency search: the throughput DP, then cheap ones.
-PARTITION_STARTS = ("dp", "linear", "single", "uniform", "parameters", "time", "greedy", "topo-fill", "pipedream",
-                    "heft")
 
 
 def unit_blocks(graph: Graph) -> list[np.ndarray]:
@@ -304,7 +307,7 @@ def _run_costs(g: Graph, blocks: Blocks, order: np.ndarray, P: np.ndarray) -> np
 # -- starting splits ---------------------------------------------------------------------------------------
 def fit_calls(graph: Graph, cluster: Cluster, a: np.ndarray, q: int = 1) -> np.ndarray | None:
     """A placement whose accelerators run at most ``q`` calls, from any placement: cut by the
-    re-entry rule (`devplace_lite.latency.reentry_pieces`), then the pieces past ``q`` of an
+    re-entry rule (`devplace_lite.latency_model.reentry_pieces`), then the pieces past ``q`` of an
     accelerator moved, whole, to accelerators nothing runs on. ``None`` if there are too few."""
     before = np.asarray(a, dtype=np.int64)
     a = before.copy()
@@ -343,12 +346,32 @@ def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = Non
             out.append((name, a, val))
 
     add("greedy", greedy_latency(graph, cluster).assignment)
-    for name, order in blocks.orders().items():
+    orders = blocks.orders()
+    try:
+        from .latency_segments import articulation_units
+
+        from .latency_segments import articulation_split
+
+        units = articulation_units(graph, cluster)
+        place = np.full(len(blocks.nodes), units.max(initial=0))
+        np.minimum.at(place, blocks.of, units)  # a block (colocation class) goes where its first node goes
+        orders["articulation"] = blocks.order(lambda b: (int(place[b]), b))
+        # a colocation class over two or three places keeps them in one call; one spread wider runs on the CPU
+        last = np.zeros(len(blocks.nodes), dtype=np.int64)
+        np.maximum.at(last, blocks.of, units)
+        far = last - place > 2
+        keep = np.zeros(int(units.max(initial=0)) + 1, dtype=bool)
+        for b in np.flatnonzero(~far & (last > place)).tolist():
+            keep[place[b]:last[b]] = True
+        add("articulation cut", articulation_split(graph, cluster, units, far[blocks.of], keep))
+    except LimitError:  # past the reachability table's size: the other orders stand
+        pass
+    for name, order in orders.items():
         a, value = order_split(blocks, order)
         add(f"{name} order", a if math.isfinite(value) else None)
     if cluster.l and not np.isnan(graph.p_cpu).any():
         add("cpu", np.full(graph.n, cluster.k, dtype=np.int64))
-    for name in PARTITION_STARTS:
+    for name in methods.latency_starts():
         left = DP_SECONDS if deadline is None else deadline - time.perf_counter()
         if left <= 0 or _reached(min((v for _, _, v in out), default=math.inf), target):
             break
@@ -442,7 +465,9 @@ def _kick(blocks: Blocks, a: np.ndarray, latency: float, rng: np.random.Generato
 
 def _moves(blocks: Blocks, a: np.ndarray, rng: np.random.Generator) -> list[tuple]:
     """Candidate moves, shuffled: ``("block", b, d)`` moves block ``b`` to device ``d``;
-    ``("call", d, e)`` moves every node of accelerator ``d`` to device ``e``."""
+    ``("call", d, e)`` moves every node of accelerator ``d`` to device ``e``; ``("run", bs, d)``
+    moves a chain ``bs`` of CPU blocks (each the only CPU successor of the one before, at most
+    `RUN_BLOCKS`) to the idle accelerator ``d``."""
     k = blocks.cluster.k
     succ, pred = blocks.arcs
     dev = a[blocks.first]
@@ -462,6 +487,16 @@ def _moves(blocks: Blocks, a: np.ndarray, rng: np.random.Generator) -> list[tupl
         for e in used + cpu:
             if e != d:
                 moves.append(("call", d, e))
+    if free:  # a branch the CPU runs, moved whole onto an idle accelerator (it then runs beside the others)
+        on_cpu = dev >= k
+        for b in np.flatnonzero(on_cpu).tolist():
+            run = [b]
+            while len(run) < RUN_BLOCKS:
+                nxt = [y for y in succ[run[-1]] if on_cpu[y]]
+                if len(nxt) != 1:
+                    break
+                run.append(nxt[0])
+                moves.append(("run", tuple(run), free[0]))
     order = rng.permutation(len(moves))
     return [moves[i] for i in order]
 
@@ -470,11 +505,11 @@ def _apply(blocks: Blocks, a: np.ndarray, move: tuple) -> np.ndarray | None:
     """The placement after ``move``, or ``None`` when a target may not run it or memory overflows."""
     k, cap = blocks.cluster.k, blocks.cluster.memory
     kind, x, d = move
-    if kind == "block":
-        if a[blocks.first[x]] == d:
-            return None
+    if kind in ("block", "run"):
         moved = np.zeros(len(blocks.nodes), dtype=bool)
-        moved[x] = True
+        moved[list(x) if kind == "run" else x] = True
+        if np.all(a[blocks.first[moved]] == d):
+            return None
     else:
         moved = a[blocks.first] == x
     if d < k:

@@ -18,8 +18,21 @@ more than it needs and never torch) and the contract it keeps:
   (finishes within the polynomial time its docstring states without watching the clock; a
   method with an improvement phase gives that phase what time is left).
 
+* ``certificate`` (methods that place): the bound family that certifies an answer
+  (`BOUND_FAMILIES`): ``chain`` (the best bound on the chain optimum), ``any`` (on the optimum
+  over every placement, which also bounds the contiguous one) or ``latency``;
+* ``scales``: it answers on a million-node graph within a minute or two (measured in
+  ``benchmarks/scale``); a `LimitError` for a size names these (`scalable`);
+* ``seeds_latency``: its split is one of the starts of the latency search
+  (`devplace_lite.latency_search`);
+* ``progress`` (bounds): it reports each bound it raises through ``on_progress`` as it goes, so
+  that a call stopped midway keeps what its finished steps proved.
+
 The functions: ``PARTITION`` and ``LATENCY``: ``f(graph, cluster, *, time_limit=None, seed=0)
--> Result``; ``BOUND``: ``f(graph, cluster, *, time_limit=None) -> Bound``.
+-> Result``; ``BOUND``: ``f(graph, cluster, *, time_limit=None, on_progress=None) -> Bound``;
+``LATENCY_BOUND``: the same with ``q`` (calls per accelerator) and ``upper`` (a known latency).
+`devplace_lite.solve` runs them under a budget, certifies and settles the status: that is the
+front door the library, the CLI and the chapters use.
 
 Example
 -------
@@ -27,13 +40,15 @@ Example
 (True, 'chain', False)
 >>> resolve(PARTITION, "dp").__name__
 'dp'
+>>> PARTITION["kl"].certificate, PARTITION["heft"].certificate, LATENCY["greedy"].certificate
+('chain', 'any', 'latency')
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from .errors import UsageError
 
@@ -52,10 +67,22 @@ class Method:
     exact: bool
     limit: str
     summary: str
+    scales: bool = False
+    seeds_latency: bool = False
+    progress: bool = False
 
     def __post_init__(self) -> None:
         if self.problem not in PROBLEMS or self.split not in SPLITS or self.limit not in LIMITS:
             raise ValueError(f"bad registry entry {self}")
+
+    @property
+    def certificate(self) -> str | None:
+        """The bound family behind an answer (`BOUND_FAMILIES`); None for a bound."""
+        if self.problem == "bound":
+            return None
+        if self.problem == "latency":
+            return "latency"
+        return "chain" if self.split == "chain" else "any"
 
     def load(self) -> Callable:
         """The function itself (imports its module)."""
@@ -63,34 +90,47 @@ class Method:
         return getattr(importlib.import_module(f"devplace_lite.{module}"), func)
 
 
-def _throughput(target: str, split: str, exact: bool, limit: str, summary: str) -> Method:
-    return Method(target, "throughput", split, exact, limit, summary)
+def _throughput(target: str, split: str, exact: bool, limit: str, summary: str, **facts: bool) -> Method:
+    return Method(target, "throughput", split, exact, limit, summary, **facts)
 
 
 PARTITION: dict[str, Method] = {
-    "single": _throughput("baselines:single_device", "chain", False, "polynomial", "everything on one accelerator"),
-    "uniform": _throughput("baselines:uniform", "chain", False, "polynomial", "equal numbers of units per stage"),
+    "single": _throughput("baselines:single_device", "chain", False, "polynomial", "everything on one accelerator",
+                          seeds_latency=True),
+    "uniform": _throughput("baselines:uniform", "chain", False, "polynomial", "equal numbers of units per stage",
+                           seeds_latency=True),
     "parameters": _throughput("baselines:balance_by_parameters", "chain", False, "polynomial",
-                              "stages of balanced memory (DeepSpeed's default)"),
+                              "stages of balanced memory (DeepSpeed's default)",
+                              seeds_latency=True),
     "time": _throughput("baselines:balance_by_time", "chain", False, "polynomial",
-                        "stages of balanced compute, blind to transfers"),
+                        "stages of balanced compute, blind to transfers",
+                        scales=True, seeds_latency=True),
     "greedy": _throughput("baselines:greedy_fill", "chain", False, "polynomial",
-                          "fill accelerators in order up to a share of the work"),
+                          "fill accelerators in order up to a share of the work",
+                          scales=True, seeds_latency=True),
     "random": _throughput("baselines:random_best_of", "any", False, "anytime", "best of random placements"),
     "exhaustive": _throughput("baselines:exhaustive_chain", "chain", True, "anytime",
                               "every placement of the units (tiny graphs)"),
-    "dp": _throughput("dp:dp", "chain", True, "anytime", "the exact DP over ideals"),
-    "linear": _throughput("dp:linear", "chain", False, "polynomial", "the best slicing of one topological order"),
-    "pipedream": _throughput("dp:pipedream", "chain", False, "polynomial", "PipeDream's planner on one order"),
+    "dp": _throughput("dp:dp", "chain", True, "anytime", "the exact DP over ideals",
+                      seeds_latency=True),
+    "linear": _throughput("dp:linear", "chain", False, "polynomial", "the best slicing of one topological order",
+                          seeds_latency=True),
+    "pipedream": _throughput("dp:pipedream", "chain", False, "polynomial", "PipeDream's planner on one order",
+                             seeds_latency=True),
     "kl": _throughput("heuristics.bisection:kl", "chain", False, "polynomial",
-                      "recursive bisection with FM refinement, then local search"),
+                      "recursive bisection with FM refinement, then local search",
+                      scales=True),
     "etf": _throughput("heuristics.list_scheduling:etf", "any", False, "polynomial",
-                       "earliest-task-first list scheduling"),
-    "heft": _throughput("heuristics.list_scheduling:heft", "any", False, "polynomial", "HEFT list scheduling"),
+                       "earliest-task-first list scheduling",
+                       scales=True),
+    "heft": _throughput("heuristics.list_scheduling:heft", "any", False, "polynomial", "HEFT list scheduling",
+                        scales=True, seeds_latency=True),
     "topo-fill": _throughput("heuristics.topo_fill:topo_fill", "chain", False, "polynomial",
-                             "one pass in topological order towards equal shares"),
+                             "one pass in topological order towards equal shares",
+                             scales=True, seeds_latency=True),
     "local-search": _throughput("heuristics.local_search:local_search_method", "chain", False, "anytime",
-                                "moves and swaps of boundary blocks from the balanced cut"),
+                                "moves and swaps of boundary blocks from the balanced cut",
+                                scales=True),
     "brkga": _throughput("brkga:brkga", "chain", False, "anytime", "genetic search over orders, each sliced"),
     "ip": _throughput("mip.throughput:ip_chain", "chain", True, "anytime", "the chain integer program"),
     "ip-contig": _throughput("mip.throughput:ip_contiguous", "contiguous", True, "anytime",
@@ -118,12 +158,53 @@ BOUND: dict[str, Method] = {
     "exact-mip": Method("bounds:exact_mip", "bound", "chain", True, "anytime",
                         "the dual bound of the exact ordered-stage MIP"),
     "best": Method("bounds.best:best_bound", "bound", "chain", True, "anytime",
-                   "the above and the exact DP within a budget"),
+                   "the above and the exact DP within a budget", progress=True),
 }
 
 
-def resolve(registry: dict[str, Method], name: str, what: str = "method") -> Callable:
-    """The function registered under ``name``; a one-line error lists the known names."""
+
+LATENCY_BOUND: dict[str, Method] = {
+    "best": Method("latency_segments:best_latency_bound", "bound", "any", False, "anytime",
+                   "critical path and work, the path and interval programs, then the segment bound",
+                   progress=True),
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A bound family that certifies answers: its bound method and the keywords an answer adds."""
+
+    method: Method
+    kwargs: Callable[[Any], dict[str, Any]]
+
+
+#: The certificates of `Method.certificate`: a throughput answer is certified by the best bound on
+#: the optimum of its split kind, a latency answer by the latency bounds for its ``q`` calls.
+BOUND_FAMILIES: dict[str, Family] = {
+    "chain": Family(BOUND["best"], lambda res: {"kind": "chain"}),
+    "any": Family(BOUND["best"], lambda res: {"kind": "any"}),
+    "latency": Family(LATENCY_BOUND["best"], lambda res: {"q": int(res.extra.get("q", 1))}),
+}
+
+
+def entry(registry: dict[str, Method], name: str, what: str = "method") -> Method:
+    """The entry registered under ``name``; a one-line `UsageError` lists the known names."""
     if name not in registry:
         raise UsageError(f"unknown {what} {name!r}; known: {', '.join(sorted(registry))}")
-    return registry[name].load()
+    return registry[name]
+
+
+def resolve(registry: dict[str, Method], name: str, what: str = "method") -> Callable:
+    """The function registered under ``name`` (`entry`, then its function)."""
+    return entry(registry, name, what).load()
+
+
+def scalable() -> str:
+    """The partition methods that answer on a million-node graph, for a `LimitError` to name."""
+    return ", ".join(name for name, m in PARTITION.items() if m.scales)
+
+
+def latency_starts() -> list[str]:
+    """The partition methods whose splits seed the latency search: exact ones first (the best
+    start, and the search stops once a start meets its target), then the cheap ones."""
+    return sorted((name for name, m in PARTITION.items() if m.seeds_latency), key=lambda n: not PARTITION[n].exact)

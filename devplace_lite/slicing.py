@@ -39,8 +39,9 @@ import numpy as np
 from .compiled import kernel
 from .dag import topological_order
 from .devices import Cluster
-from .errors import SCALABLE_METHODS, GraphError, LimitError, UsageError
+from .errors import GraphError, LimitError, UsageError
 from .graph import Graph
+from .methods import scalable
 from .units import UnitGraph, free_nodes, unit_graph
 
 _SKIP_ACC, _SKIP_CPU, _ACC, _CPU = 0, 1, 2, 3
@@ -200,7 +201,7 @@ class Slicer:
         offs = np.concatenate([[0], np.cumsum(acc_end - np.arange(U) - 1)]).astype(np.int64)
         if offs[-1] > MAX_BLOCKS:
             raise LimitError(f"graph {self.graph.name}: slicing an order of {U:,} units keeps {int(offs[-1]):,} "
-                             f"blocks, more than {MAX_BLOCKS:,}; use a method that scales ({SCALABLE_METHODS})")
+                             f"blocks, more than {MAX_BLOCKS:,}; use a method that scales ({scalable()})")
         cost = np.empty(int(offs[-1]))
         if k:
             _acc_costs(order, self.pa, self.inc_ptr, self.inc_h, self.h_size, self.h_cost, acc_end, offs,

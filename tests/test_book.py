@@ -6,18 +6,25 @@ every chapter executed two at a time in FAST mode, **with two busy processes bes
 every assert cell of every chapter runs once on a loaded 2-core machine), then ``jupyter-book
 build`` on the executed notebooks. Each page must show
 
-* every figure its notebook produced, and no error output;
+* every figure its notebook produced, and no error output, no warning box (stderr);
 * no raw pipe table (a markdown table printed as text), no TeX source where a formula should be
   typeset, no formula set as code;
 * no code block wider than its column;
 * nothing loaded from another host: every request the page makes is a local file (the test
   passes with the network unplugged);
-* launch links (Colab, Binder) to the executed notebook that the publishing workflow puts on
-  the gh-pages branch, whose first cell installs the library.
+* no table, formula, code block or output wider than its column (``scrollWidth > clientWidth``,
+  or reaching past the text column), at a desktop's width and at a small laptop's;
+* no path of the machine that built it.
+
+The book is built the way a newcomer builds it: ``python -m devplace_lite.book html`` and
+``pdf`` run in a copy of this checkout whose ``origin`` is a local path (a clone of a clone), so
+a repository address the theme cannot parse fails the test. Smaller builds check the launch
+links (Colab, Binder) of a GitHub address and that another host, or no git at all, still
+builds. The PDF is measured the same way, laid out with print styles at the page's width.
 
 One screenshot per page lands in ``build/screens/``. Chromium is Debian's ``chromium`` package,
-installed here when missing and running as root (apt-get); the test skips, saying why, only where
-it cannot be installed.
+installed here when missing and running as root (apt-get, `devplace_lite.book.ensure_chromium`);
+the test skips, saying why, only where it cannot be installed.
 """
 
 from __future__ import annotations
@@ -63,27 +70,10 @@ def toc_files() -> list[str]:
 # -- Chromium -----------------------------------------------------------------------------------
 def install_chromium() -> str:
     """Path of a Chromium binary, installing Debian's package when missing (root only)."""
-    found = bk.find_chromium()
-    if found:
-        return found
-    if not shutil.which("apt-get"):
-        pytest.skip("chromium is not installed and there is no apt-get to install it with")
-    if os.geteuid() != 0:
-        pytest.skip("chromium is not installed and installing it needs root (apt-get install -y chromium)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    log = ""
-    for step in (["apt-get", "install", "-y", "-q", "chromium"], ["apt-get", "update", "-q"],
-                 ["apt-get", "install", "-y", "-q", "chromium"]):
-        if step[1] == "update" and bk.find_chromium():
-            break
-        r = subprocess.run(step, env=env, capture_output=True, text=True, timeout=900)
-        log = (r.stdout + r.stderr)[-400:]
-        if step[1] == "install" and r.returncode == 0:
-            break
-    found = bk.find_chromium()
-    if not found:
-        pytest.skip(f"chromium could not be installed with apt-get: {' '.join(log.split())}")
-    return found
+    try:
+        return bk.ensure_chromium()
+    except bk.ChromiumMissing as e:
+        pytest.skip(str(e))
 
 
 #: What a page shows, once its images have loaded and MathJax has typeset it.
@@ -96,6 +86,7 @@ PAGE_SCRIPT = r"""
   await Promise.all(imgs.map(i => i.decode ? i.decode().catch(() => null) : null));
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   if (window.MathJax && MathJax.typesetPromise) { await MathJax.typesetPromise(); }
+  if (window.devplaceFit) { devplaceFit(); }
   const text = main.innerText || '';
   // prose and outputs without code: where a raw table or raw TeX would show
   const prose = main.cloneNode(true);
@@ -106,8 +97,7 @@ PAGE_SCRIPT = r"""
   const untypeset = Array.from(main.querySelectorAll('span.math, div.math')).filter(e => !e.querySelector('mjx-container')).length;
   const inlineCode = Array.from(main.querySelectorAll('code')).filter(c => !c.closest('pre, .highlight'));
   const mathAsCode = inlineCode.map(c => c.textContent).filter(t => /<=|>=|⊆|∈|∪|\\[a-z]+|\bsum_[a-z{]|\bmax_[a-z]\b|\bmin_[a-z]\b|\bT_(chain|any)\b| \/ k\b|\^/.test(t));
-  const wideCode = Array.from(main.querySelectorAll('div.highlight pre, div.cell_output pre'))
-      .filter(p => p.scrollWidth > p.clientWidth + 2).map(p => p.textContent.slice(0, 80));
+  const wide = JSON.parse(__OVERFLOW__);
   const external = Array.from(document.querySelectorAll('script[src], link[rel~="stylesheet"][href], img[src], iframe[src]'))
       .map(e => e.getAttribute('src') || e.getAttribute('href')).filter(u => /^(https?:)?\/\//.test(u));
   const launch = Array.from(document.querySelectorAll('a')).filter(a => /colab|binder/i.test(a.href))
@@ -117,6 +107,7 @@ PAGE_SCRIPT = r"""
     h1: Array.from(main.querySelectorAll('h1')).map(h => h.textContent.replace('#', '').trim()),
     images: imgs.map(i => ({src: i.getAttribute('src'), width: i.naturalWidth, height: i.naturalHeight})),
     errors: main.querySelectorAll('%s').length,
+    warnings: Array.from(main.querySelectorAll('.output.stderr')).map(e => e.textContent.trim().slice(0, 160)),
     traceback: /Traceback \(most recent call last\)|Error Traceback/.test(text),
     nav: Array.from(document.querySelectorAll('nav.bd-docs-nav a, .bd-sidebar-primary a.reference'))
             .map(a => a.getAttribute('href')),
@@ -125,11 +116,11 @@ PAGE_SCRIPT = r"""
     citations: main.querySelectorAll('.bibliography .citation, div.citation, dl.citation dt, .footnote-list div').length,
     tables: main.querySelectorAll('table').length,
     math: main.querySelectorAll('mjx-container').length,
-    rawTable, rawTex, untypeset, mathAsCode, wideCode, external, launch,
+    rawTable, rawTex, untypeset, mathAsCode, wide, external, launch,
     text: text,
   });
 })()
-""" % ERROR_SELECTOR
+""".replace("%s", ERROR_SELECTOR).replace("__OVERFLOW__", bk.OVERFLOW.strip())
 
 
 def problems(info: dict) -> list[str]:
@@ -137,14 +128,18 @@ def problems(info: dict) -> list[str]:
     out = []
     if info["errors"] or info["traceback"]:
         out.append("error output")
+    if info.get("warnings"):
+        out.append(f"warning box: {info['warnings'][:3]}")
     if info["rawTable"]:
         out.append(f"{info['rawTable']} raw pipe table row(s)")
     if info["rawTex"] or info["untypeset"]:
         out.append(f"TeX source shown: {info['rawTex'][:5]} ({info['untypeset']} formulas not typeset)")
     if info["mathAsCode"]:
         out.append(f"formulas set as code: {info['mathAsCode'][:5]}")
-    if info["wideCode"]:
-        out.append(f"code wider than its column: {info['wideCode'][:3]}")
+    if info["wide"]:
+        out.append(f"wider than its column: {info['wide'][:4]}")
+    if info.get("paths"):
+        out.append(f"paths of the building machine: {info['paths']}")
     local = ("file:", "data:", "about:", "blob:")
     remote = sorted({u for u in info["requests"] if not u.startswith(local)} | set(info["external"]))
     if remote:
@@ -153,11 +148,47 @@ def problems(info: dict) -> list[str]:
 
 
 # -- the built book -----------------------------------------------------------------------------
+def checkout_copy(dest: Path, origin: str | None) -> Path:
+    """A copy of this checkout (its tracked and untracked files, nothing git ignores, plus the
+    compiled kernels) as a newcomer gets it: with ``origin`` a git checkout whose ``origin`` is
+    that address, with None an unpacked archive (no git at all)."""
+    if shutil.which("git") and (ROOT / ".git").exists():
+        listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
+                                capture_output=True, text=True, check=True).stdout.split("\0")
+        files = [ROOT / f for f in listed if f]
+    else:
+        files = [f for f in ROOT.rglob("*") if f.is_file() and not {".venv", "build", "__pycache__", ".git"}
+                 & set(f.relative_to(ROOT).parts)]
+    files += list((ROOT / "devplace_lite").glob("_aot.*"))
+    for f in files:
+        if f.is_file():
+            (dest / f.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dest / f.relative_to(ROOT))
+    if origin is not None:
+        subprocess.run(["git", "init", "-q", str(dest)], check=True)
+        subprocess.run(["git", "-C", str(dest), "remote", "add", "origin", origin], check=True)
+    return dest
+
+
+def book_command(checkout: Path, *args: str, url: str | None = None, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """``python -m devplace_lite.book ARGS --fast`` in ``checkout``, with its own copy of the
+    library (what ``make book`` and ``make pdf`` run there)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DEVPLACE_REPO_URL", "DEVPLACE_REPO_REF")}
+    env["PYTHONPATH"] = str(checkout)
+    if url:
+        env["DEVPLACE_REPO_URL"] = url
+    return subprocess.run([sys.executable, "-m", "devplace_lite.book", *args, "--fast"], cwd=checkout, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
 class Book:
-    def __init__(self, html: Path, errors: dict[str, str | None], log: str, seconds: dict[str, float],
-                 notebooks: Path, src: Path) -> None:
-        self.html, self.errors, self.log, self.seconds, self.notebooks = html, errors, log, seconds, notebooks
-        self.src = src
+    def __init__(self, checkout: Path, errors: dict[str, str | None], result: subprocess.CompletedProcess,
+                 seconds: dict[str, float]) -> None:
+        self.checkout, self.errors, self.result, self.seconds = checkout, errors, result, seconds
+        self.log = result.stdout + result.stderr
+        self.notebooks = checkout / "build" / "executed" / "fast"
+        self.src = checkout / "build" / "book-src"
+        self.html = checkout / "build" / "book" / "_build" / "html"
 
 
 class Busy:
@@ -181,26 +212,22 @@ class Busy:
 
 @pytest.fixture(scope="session")
 def book(tmp_path_factory) -> Book:
-    executed = tmp_path_factory.mktemp("book-notebooks")
-    target = bk.install_target(STAND_IN_REPO, "v0")
+    """The book built as ``make book`` builds it, in a clone whose ``origin`` is a local path."""
+    pytest.importorskip("jupyter_book", reason="jupyter-book (the book extra) is not installed")
+    checkout = checkout_copy(tmp_path_factory.mktemp("clone") / "devplace_lite", origin=str(ROOT))
+    assert bk.repo_url(checkout) is None  # a local path is no address to publish
     with Busy(BUSY):
         t = time.perf_counter()
-        errors, seconds = bk.execute_all(executed, fast=True, target=target)
+        errors, seconds = bk.execute_all(checkout / "build" / "executed" / "fast", fast=True,
+                                         chapters=checkout / "chapters", target=bk.install_target(None))
         seconds["all chapters, two busy processes beside them"] = time.perf_counter() - t
-    src = bk.stage(executed, tmp_path_factory.mktemp("book-src"), url=STAND_IN_REPO)
-    out = tmp_path_factory.mktemp("book-out")
     t = time.perf_counter()
-    try:
-        r = bk.build(src, out)
-    except RuntimeError as e:
-        pytest.skip(str(e))
+    result = book_command(checkout, "html")
     seconds["jupyter-book build"] = time.perf_counter() - t
-    html = out / "_build" / "html"
-    assert r.returncode == 0 and html.is_dir(), f"jupyter-book build failed:\n{(r.stdout + r.stderr)[-3000:]}"
     timing = ROOT / "build" / "book-test-timings.json"
     timing.parent.mkdir(exist_ok=True)
     timing.write_text(json.dumps({k: round(v, 2) for k, v in seconds.items()}, indent=1))
-    return Book(html, errors, r.stdout + r.stderr, seconds, executed, src)
+    return Book(checkout, errors, result, seconds)
 
 
 @pytest.fixture(scope="session")
@@ -234,10 +261,22 @@ def visible_images(nb_path: Path) -> int:
     return count
 
 
-def page(browser: bk.Browser, book: Book, name: str) -> dict:
+#: A small laptop's window: the theme's column is narrowest here (the sidebar still shows).
+LAPTOP = 1024
+#: What a page must never contain: paths of the machine that built it.
+def machine_paths(book: Book) -> list[str]:
+    return [str(ROOT) + "/", str(book.checkout) + "/", "site-packages/", str(Path.home()).rstrip("/") + "/",
+            str(Path(sys.prefix)) + "/"]
+
+
+def page(browser: bk.Browser, book: Book, name: str, width: int = 1280) -> dict:
     path = book.html / f"{name}.html"
     assert path.exists(), f"{name}.html was not built"
-    return browser.inspect(path.as_uri(), PAGE_SCRIPT, timeout=120, screenshot=SCREENS / f"{name}.png")
+    shot = SCREENS / (f"{name}.png" if width == 1280 else f"{name}-{width}.png")
+    info = browser.inspect(path.as_uri(), PAGE_SCRIPT, timeout=120, screenshot=shot, width=width)
+    html = path.read_text(encoding="utf-8", errors="replace")
+    info["paths"] = [m for m in machine_paths(book) if m in html and m not in ("/", "//")]
+    return info
 
 
 # -- the tests ----------------------------------------------------------------------------------
@@ -299,6 +338,89 @@ def test_install_cell_installs_from_a_repository_url(tmp_path):
     assert dist and "file://" in (dist[0] / "direct_url.json").read_text()
 
 
+def small_toc(src: Path, root: str, chapters: list[str]) -> None:
+    """A table of contents of a few chapters, with the reference pages they link to."""
+    files = [*chapters, "notation", "bibliography", "genindex"]
+    (src / "_toc.yml").write_text(f"format: jb-book\nroot: {root}\nchapters:\n"
+                                  + "".join(f"  - file: {f}\n" for f in files))
+
+
+@pytest.mark.slow
+def test_book_builds_from_a_clone_of_a_local_path(book):
+    """`make book` in a clone whose origin is a local path: built, with one note that the launch
+    links are left out, and the success lines only after the build succeeded."""
+    out = book.result.stdout
+    assert book.result.returncode == 0, f"the book did not build:\n{book.log[-3000:]}"
+    assert "launch links (Colab, Binder) left out" in out and "DEVPLACE_REPO_URL" in out, out[-1000:]
+    assert re.search(r"^open .*index\.html$", out, re.M) and book.html.is_dir()
+    assert "Traceback" not in book.log
+
+
+def test_a_failed_build_prints_no_success_line(tmp_path, monkeypatch, capsys):
+    """No executed notebooks: the build stops with one line, and never says `open ...`."""
+    monkeypatch.setattr(bk, "EXECUTED", tmp_path / "executed")
+    assert bk.main(["html", "--fast"]) == 2
+    out, err = capsys.readouterr()
+    assert "open " not in out and "no warnings" not in out and "not executed yet" in err
+
+
+def test_pdf_without_chromium_stops_with_one_line(monkeypatch, capsys):
+    """No Chromium and no way to install it (not root): `make pdf` says which package, in one
+    line, before building anything, and exits 2."""
+    monkeypatch.setattr(bk, "find_chromium", lambda: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert bk.main(["pdf", "--fast"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "chromium package" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("origin, expected", [
+    ("git@github.com:devplace-lite-stand-in/devplace_lite.git", "https://github.com/devplace-lite-stand-in/devplace_lite"),
+    ("https://gitlab.com/org/devplace_lite.git", "https://gitlab.com/org/devplace_lite"),
+    ("https://git.example.org/org/devplace_lite", "https://git.example.org/org/devplace_lite"),
+    ("ssh://git@git.example.org/org/devplace_lite.git", "https://git.example.org/org/devplace_lite"),
+    ("/srv/mirrors/devplace_lite", None), ("../devplace_lite", None), ("file:///srv/devplace_lite.git", None),
+    (None, None)])
+def test_repository_address_from_the_checkout(tmp_path, monkeypatch, origin, expected):
+    """Only a web address is ever named (never a path of the building machine); an unpacked
+    archive (no git) has none; DEVPLACE_REPO_URL overrides the checkout's origin."""
+    monkeypatch.delenv("DEVPLACE_REPO_URL", raising=False)
+    root = tmp_path / "checkout"
+    root.mkdir()
+    if origin is not None:
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        subprocess.run(["git", "-C", str(root), "remote", "add", "origin", origin], check=True)
+    assert bk.repo_url(root) == expected
+    note = bk.launch_note(expected)
+    assert (note is None) == bool(expected and re.match(r"https://(github|gitlab)\.com/", expected))
+    monkeypatch.setenv("DEVPLACE_REPO_URL", STAND_IN_REPO)
+    assert bk.repo_url(root) == STAND_IN_REPO
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("url, links", [(STAND_IN_REPO, {"colab", "binder"}),
+                                        ("https://gitlab.com/org/devplace_lite", {"binder"}),
+                                        ("https://git.example.org/org/devplace_lite", set())])
+def test_launch_links_for_each_host(book, browser, tmp_path, url, links):
+    """A book of two pages built for a GitHub, a GitLab and another host's address: it builds
+    without a warning, with the launch links that host allows (Colab and Binder open the
+    executed notebook that the publishing workflow puts on the gh-pages branch)."""
+    name = "01_placement_problem"
+    src = bk.stage(book.notebooks, tmp_path / "src", chapters=book.checkout / "chapters", url=url)
+    small_toc(src, "00_preface", [name])
+    r = bk.build(src, tmp_path / "out")
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-3000:]
+    assert not [ln for ln in log.splitlines() if "WARNING" in ln and "Kernel is running" not in ln], log[-3000:]
+    info = browser.inspect((tmp_path / "out" / "_build" / "html" / f"{name}.html").as_uri(), PAGE_SCRIPT, timeout=120)
+    found = {k for k in ("colab", "binder") if any(k in u for u in info["launch"])}
+    assert found == links, info["launch"]
+    org_repo = STAND_IN_REPO.removeprefix("https://github.com/")
+    if "colab" in links:
+        assert f"https://colab.research.google.com/github/{org_repo}/blob/gh-pages/notebooks/{name}.ipynb" in info["launch"]
+        assert f"https://mybinder.org/v2/gh/{org_repo}/gh-pages?urlpath=tree/notebooks/{name}.ipynb" in info["launch"]
+
+
 @pytest.mark.slow
 def test_every_chapter_runs_under_load(book):
     """Every chapter, with its assert cells, executed with two busy processes beside it."""
@@ -332,11 +454,45 @@ def test_chapter_renders(book, browser, name):
         assert info["tables"] >= 1, f"{name}: its results tables are not on the page as tables"
     if name in MATH:
         assert info["math"] >= 5, f"{name}: {info['math']} formulas typeset"
-    # launch links: Colab and Binder open the executed notebook on the gh-pages branch
-    org_repo = STAND_IN_REPO.removeprefix("https://github.com/")
-    colab = f"https://colab.research.google.com/github/{org_repo}/blob/gh-pages/notebooks/{name}.ipynb"
-    binder = f"https://mybinder.org/v2/gh/{org_repo}/gh-pages?urlpath=tree/notebooks/{name}.ipynb"
-    assert colab in info["launch"] and binder in info["launch"], f"{name}: launch links {info['launch']}"
+    assert not info["launch"], f"{name}: launch links to a local path: {info['launch']}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in toc_files() if n != "genindex"])
+def test_nothing_wider_than_its_column_on_a_laptop(book, browser, name):
+    info = page(browser, book, name, width=LAPTOP)
+    assert not info["wide"], f"{name} at {LAPTOP} px: wider than its column: {info['wide'][:6]}"
+    assert not info["paths"], f"{name}: paths of the building machine in the page: {info['paths']}"
+
+
+@pytest.mark.slow
+def test_student_edition_has_no_solutions_and_no_rubrics(book, browser, tmp_path):
+    """`html --edition student`, on two chapters: the student edition (devplace_lite.student),
+    executed, built with its own title; no solution, no answer sketch, no rubric on the page,
+    the exercises' checks say "not attempted", and nothing is wider than its column."""
+    from devplace_lite.student import make_student
+
+    chapters = ["00_preface", "01_placement_problem"]
+    edition = tmp_path / "student"
+    make_student(book.checkout / "chapters", edition)
+    executed = tmp_path / "executed"
+    env = bk.kernel_env(True)
+    for name in chapters:
+        err = bk.execute(edition / "chapters" / f"{name}.md", executed / f"{name}.ipynb", env, edition / "chapters")
+        assert err is None, f"the student edition of {name} failed: {err}"
+    src = bk.stage(executed, tmp_path / "src", chapters=edition / "chapters", edition="student")
+    small_toc(src, chapters[0], chapters[1:])
+    r = bk.build(src, tmp_path / "out")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    html = tmp_path / "out" / "_build" / "html" / f"{chapters[1]}.html"
+    text = html.read_text(encoding="utf-8")
+    assert "student edition" in text
+    for banned in ("Rubric", "A sketch of an answer", "tag_solution"):
+        assert banned not in text, f"the student edition shows {banned!r}"
+    instructor = (book.html / f"{chapters[1]}.html").read_text(encoding="utf-8")
+    assert "Rubric" in instructor and "tag_solution" in instructor  # what the student edition leaves out
+    info = browser.inspect(html.as_uri(), PAGE_SCRIPT, timeout=120, width=LAPTOP)
+    assert "not attempted" in info["text"] and not problems(info), "; ".join(problems(info))
 
 
 @pytest.mark.slow
@@ -362,29 +518,55 @@ def test_reference_pages(book, browser):
 
 
 @pytest.mark.slow
-def test_pdf_holds_every_chapter_with_figures_and_math(book, tmp_path_factory):
-    """What `make pdf` does, on the FAST book: the single-page HTML printed by Chromium."""
-    binary = install_chromium()
-    out = tmp_path_factory.mktemp("book-single")
-    r = bk.build(book.src, out, "singlehtml")
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    pdf = ROOT / "build" / "book-test.pdf"
-    seen = bk.print_pdf(out / "_build" / "singlehtml" / f"{toc_files()[0]}.html", pdf, binary)
-    titles = " | ".join(seen["titles"])
+def test_pdf_holds_every_chapter_with_figures_and_math(book):
+    """`make pdf` in the same clone (FAST): the single-page HTML printed by Chromium, every
+    chapter in it, every figure and formula, and nothing wider than the page (measured with
+    print styles at the page's printable width)."""
+    install_chromium()
+    r = book_command(book.checkout, "pdf")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    m = re.search(r"devplace_lite\.pdf written: (\d+) headings, (\d+) figures, (\d+) formulas typeset, "
+                  r"nothing wider than the page", r.stdout)
+    assert m, out[-2000:]
+    headings, figures, formulas = map(int, m.groups())
+    single = book.checkout / "build" / "book-singlehtml" / "_build" / "singlehtml" / f"{toc_files()[0]}.html"
+    html = single.read_text(encoding="utf-8")
     for name in NOTEBOOK_PAGES[1:]:   # the preface opens the book; every chapter's title follows
-        assert sum(t.startswith(name[:2] + " ") for t in seen["titles"]) >= 1, f"{name} is not in the PDF: {titles}"
-    assert not seen["broken"], f"figures missing from the PDF: {seen['broken'][:5]}"
+        assert re.search(rf"<h[12][^>]*>{name[:2]} ", html), f"{name} is not in the PDF"
     expected = sum(visible_images(book.notebooks / f"{n}.ipynb") for n in NOTEBOOK_PAGES)
-    assert seen["images"] >= expected, f"{expected} figures in the chapters, {seen['images']} in the PDF"
-    assert seen["math"] > 300, f"only {seen['math']} formulas typeset"
+    assert figures >= expected, f"{expected} figures in the chapters, {figures} in the PDF"
+    assert formulas > 300 and headings >= len(NOTEBOOK_PAGES), (formulas, headings)
+    pdf = book.checkout / "build" / "devplace_lite.pdf"
     data = pdf.read_bytes()
     pages = len(re.findall(rb"/Type\s*/Page\b", data))
     assert data.startswith(b"%PDF") and pages > 50, f"{pages} pages"
+    assert not [m for m in machine_paths(book) if m.encode() in data]
+    shutil.copy2(pdf, ROOT / "build" / "book-test.pdf")
 
 
-def test_publishing_workflow_serves_the_launch_links():
-    """The Colab and Binder links point at gh-pages/notebooks/NAME.ipynb: the workflow must put the
-    executed notebooks there, from a tag, with the repository stamped into their install cell."""
+def test_pdf_check_catches_what_is_wider_than_the_page(tmp_path):
+    """print_pdf measures the page as printed: a table, a formula box and a code block wider than
+    the printable width are each named."""
+    binary = install_chromium()
+    (tmp_path / "wide.html").write_text(
+        "<html><body><main><article><h1>T</h1>"
+        "<table><tr>" + "<td>column_with_a_long_name</td>" * 12 + "</tr></table>"
+        "<div class='math' style='white-space:nowrap'>" + "a + b + c + d + " * 30 + "</div>"
+        "<div class='highlight'><pre style='white-space:pre'>" + "x = 1; " * 60 + "</pre></div>"
+        "<p>fits</p></article></main></body></html>")
+    seen = bk.print_pdf(tmp_path / "wide.html", tmp_path / "wide.pdf", binary)
+    text = " | ".join(seen["overflow"])
+    assert text.count("px in") == 3 and "table" in text and "div.math" in text and "pre" in text, text
+    (tmp_path / "fits.html").write_text("<html><body><main><article><h1>T</h1><p>short</p></article></main></body></html>")
+    assert bk.print_pdf(tmp_path / "fits.html", tmp_path / "fits.pdf", binary)["overflow"] == []
+
+
+def test_publishing_workflow_serves_the_student_edition():
+    """The public pages are the student edition (no solutions, no rubrics); its Colab and Binder
+    links point at gh-pages/notebooks/NAME.ipynb, so the workflow puts the student edition's
+    executed notebooks there, from a tag, with the repository stamped into their install cell.
+    The instructor edition (HTML, PDF, notebooks) is kept as a build artefact, not published."""
     import yaml
 
     config = yaml.safe_load((CHAPTERS / "_config.yml").read_text())
@@ -396,9 +578,17 @@ def test_publishing_workflow_serves_the_launch_links():
     job = flow["jobs"]["publish"]
     assert "DEVPLACE_REPO_URL" in job["env"] and "DEVPLACE_REPO_REF" in job["env"]
     script = "\n".join(step.get("run", "") for step in job["steps"])
-    for needed in ("make notebooks", "make book", "make pdf", "cp build/executed/full/*.ipynb site/notebooks/",
-                   "gh-pages"):
+    for needed in ("make notebooks", "make book", "make pdf", "make student-book",
+                   "cp -r build/book-student/_build/html/. site/", "cp build/executed/full/student/*.ipynb site/notebooks/",
+                   "cp build/devplace_lite-student.pdf site/", "gh-pages"):
         assert needed in script, f"the workflow does not {needed!r}"
+    site = [ln for ln in script.splitlines() if "site/" in ln]
+    assert not [ln for ln in site if "build/book/" in ln or "build/devplace_lite.pdf" in ln
+                or "executed/full/*.ipynb" in ln], f"the instructor edition goes to the public pages: {site}"
+    uploads = [step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/upload-artifact")]
+    kept = " ".join(str(u.get("with", {}).get("path", "")) for u in uploads)
+    for needed in ("build/book/_build/html", "build/devplace_lite.pdf", "build/executed/full/*.ipynb"):
+        assert needed in kept, f"the instructor edition's {needed} is not kept as an artefact"
 
 
 def test_page_check_catches_broken_pages(browser, tmp_path):
@@ -412,14 +602,19 @@ def test_page_check_catches_broken_pages(browser, tmp_path):
     (tmp_path / "page.html").write_text(
         "<html><body><main style='width:400px'><h1>T</h1><img src='ok.png'><img src='missing.png'>"
         "<div class='cell_output'><div class='output traceback'>ZeroDivisionError</div></div>"
+        "<div class='cell_output'><div class='output stderr'>FutureWarning: deprecated</div></div>"
         "<p>| a | b |<br>| --- | ---: |<br>| x | 1 |</p><p>inline \\(G = (V, E)\\) left as source</p>"
         "<p>the bound <code>T_chain &gt;= sum p / k</code></p>"
         "<div class='highlight'><pre style='white-space:pre;overflow:auto'>" + "x = 1; " * 80 + "</pre></div>"
+        "<div class='cell_output'><div class='text_html' style='overflow-x:auto'><table><tr>"
+        + "<td>a_long_column_name</td>" * 12 + "</tr></table></div></div>"
         "<img src='http://example.invalid/logo.png'></main></body></html>")
     info = browser.inspect((tmp_path / "page.html").as_uri(), PAGE_SCRIPT)
     sizes = sorted((i["src"], i["width"] > 0) for i in info["images"])
     assert sizes == [("http://example.invalid/logo.png", False), ("missing.png", False), ("ok.png", True)]
     assert info["errors"] == 1 and info["h1"] == ["T"]
     found = " | ".join(problems(info))
-    for what in ("error output", "raw pipe table", "TeX source", "formulas set as code", "code wider", "another host"):
+    for what in ("error output", "warning box", "raw pipe table", "TeX source", "formulas set as code", "wider than its column",
+                 "another host"):
         assert what in found, f"not caught: {what} ({found})"
+    assert any(w.startswith("pre") for w in info["wide"]) and any(w.startswith("table") for w in info["wide"]), info["wide"]

@@ -65,6 +65,22 @@ def test_info_reports_ideals_and_width(capsys, tmp_path):
     assert code == 0 and info["nodes"] == 12 and info["ideals"] == 13 and info["width"] == 1
 
 
+def test_info_text_states_sizes_and_times_with_units_and_json_keeps_numbers(capsys, tmp_path):
+    from devplace_lite.graph import Graph, Node
+
+    p = tmp_path / "g.json"
+    save_graph(Graph([Node("a", p_acc=1.5, p_cpu=20.0, memory=3e9), Node("b", p_acc=0.25, memory=4.5e6)],
+                     [("a", "b")], defaults={"memory": 16e9}), p)
+    code, out, _ = run(capsys, "info", p)
+    lines = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.splitlines()}
+    assert code == 0
+    assert lines["total_acc_work"] == "1.750 ms" and lines["total_cpu_work"] == "20.000 ms"
+    assert lines["memory"] == "3.00 GB (3,004,500,000 bytes)"
+    assert lines["defaults"] == "memory 16.00 GB (16,000,000,000 bytes)"
+    info = json.loads(run(capsys, "info", p, "--json")[1])  # JSON unchanged: plain numbers in ms and bytes
+    assert info["memory"] == 3004500000.0 and info["defaults"] == {"memory": 16e9} and info["total_acc_work"] == 1.75
+
+
 def bad_inputs(tmp_path):
     cyclic = tmp_path / "cyclic.json"
     cyclic.write_text(json.dumps({"format": "devplace-graph", "version": 1, "nodes": [
@@ -116,9 +132,10 @@ def test_console_script_and_no_torch_import(graph_file):
 
 
 def test_a_latency_answer_carries_a_certifying_bound(capsys, tmp_path):
-    """`devplace latency` bounds its answer as `partition` does (critical path, work, then the
-    path and interval programs); --bound-time 0 skips it."""
-    from devplace_lite.latency_bounds import latency_bound
+    """`devplace latency` bounds its answer as `partition` does (the latency bound registry:
+    critical path, work, the path and interval programs, the segment bound); --bound-time 0
+    skips it."""
+    from devplace_lite.latency_segments import best_latency_bound
     from devplace_lite.devices import Cluster
 
     p = tmp_path / "g.json"
@@ -127,15 +144,15 @@ def test_a_latency_answer_carries_a_certifying_bound(capsys, tmp_path):
     code, out, err = run(capsys, "latency", p, "--method", "greedy", "-k", 2, "--cpus", 1, "--json")
     ans = json.loads(out)
     assert code == 0, err
-    want, name = latency_bound(g, Cluster(accelerators=2, cpus=1), q=ans["q"])
-    assert ans["bound"] == pytest.approx(want) and ans["bound_method"] == name
+    want = best_latency_bound(g, Cluster(accelerators=2, cpus=1), q=ans["q"], upper=ans["objective"])
+    assert ans["bound"] == pytest.approx(want.bound) and ans["bound_method"] == want.method
     assert 0 < ans["bound"] <= ans["objective"] * (1 + 1e-9) and ans["gap"] is not None
     code, out, _ = run(capsys, "latency", p, "--method", "greedy", "-k", 2, "--cpus", 1, "--json", "--bound-time", 0)
     assert code == 0 and json.loads(out)["bound"] is None
 
 
 def test_a_latency_bound_past_the_reachability_limit_keeps_the_cheap_bounds(capsys, tmp_path, monkeypatch):
-    from devplace_lite import latency
+    from devplace_lite import latency_model
     from devplace_lite.latency_bounds import critical_path_bound, latency_bound, work_bound
     from devplace_lite.devices import Cluster
 
@@ -145,7 +162,7 @@ def test_a_latency_bound_past_the_reachability_limit_keeps_the_cheap_bounds(caps
     c = Cluster(accelerators=2, cpus=1)
     cheap = max(critical_path_bound(g, c), work_bound(g, c))
     assert latency_bound(g, c)[0] > cheap * 1.01  # so the answer below shows the path program was left out
-    monkeypatch.setattr(latency, "REACH_NODES", 10)  # the path program refuses; greedy still answers
+    monkeypatch.setattr(latency_model, "REACH_NODES", 10)  # the path program refuses; greedy still answers
     code, out, err = run(capsys, "latency", p, "--method", "greedy", "-k", 2, "--cpus", 1, "--json")
     ans = json.loads(out)
     assert code == 0, err

@@ -222,7 +222,7 @@ def forgetful_latency_with_floor(convex=True, feasible=True):
     import itertools
 
     from devplace_lite.cost import max_load, violations
-    from devplace_lite.latency import evaluate_latency, reachability
+    from devplace_lite.latency_model import evaluate_latency, reachability
 
     def my_latency_with_floor(graph, cluster, floor):
         R = reachability(graph)

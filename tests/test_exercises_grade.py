@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -376,3 +377,31 @@ def test_pytest_plugin_selects_exercises(tmp_path, bwrap):
     assert sorted(good) == ["01.2 my_max_load", "01.4 fewest_microbatches"]
     assert all(p["status"] == "passed" and p["score"] == "1.0" and p["points"] == "1.0" for p in good.values())
     assert wrong["01.4 fewest_microbatches"] == {"score": "0.0", "status": "missing", "points": "0.0"}
+
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="the kernel keeps no run-queue times")
+def test_the_exercise_clock_runs_for_loops_and_sleeps_but_not_for_a_busy_machine():
+    """The grader's budgets run on `RunClock`: a make test beside two busy loops timed out a quick
+    answer on wall time. Here a worker shares one CPU with two busy loops: its clock runs at its
+    share of the CPU (about a third), while a sleeping worker's clock runs with the wall."""
+    from devplace_lite.exercises.sandbox import RunClock
+
+    loop = [sys.executable, "-c", "while True: pass"]
+    pin = lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # noqa: E731 - one CPU for all
+    procs = [subprocess.Popen(loop, preexec_fn=pin) for _ in range(3)]
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(1.0)  # the interpreters have started
+        clocks = [RunClock(procs[0].pid), RunClock(sleeper.pid)]
+        t0, c0 = time.monotonic(), [c.now() for c in clocks]
+        time.sleep(3.0)
+        wall = time.monotonic() - t0
+        busy, asleep = (c.now() - s for c, s in zip(clocks, c0))
+        assert clocks[0].worker == procs[0].pid and clocks[1].worker == sleeper.pid
+        assert busy < 0.7 * wall, (busy, wall)  # a third of one CPU, less when the machine is busier
+        assert asleep > 0.95 * wall, (asleep, wall)
+    finally:
+        for p in procs + [sleeper]:
+            p.kill()
+            p.wait()

@@ -365,8 +365,11 @@ def test_static_inspection_reads_aliases_strings_and_pasted_code():
     clean = report('def my_max_load(g, c, a):\n    """Unlike max_load, from the formula."""\n    return 0.0\n'
                    'def unused():\n    from devplace_lite.cost import max_load\n    return max_load\n')
     assert not clean.copies  # a docstring's words and unreachable code are not calls
-    review = report("import importlib\ndef my_max_load(g, c, a):\n    return getattr(g, 'p_' + 'acc').sum()\n").review
+    review = report("import importlib\ndef my_max_load(g, c, a):\n    importlib.invalidate_caches()\n"
+                    "    return getattr(g, 'p_' + 'acc').sum()\n").review
     assert any("importlib" in r for r in review) and any("computed name" in r for r in review)
+    # an import that no code which runs uses (the book's hidden install cell) is not for review
+    assert not report("import importlib.util, subprocess\ndef my_max_load(g, c, a):\n    return 0.0\n").review
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from devplace_lite import cli, options
+from devplace_lite import cli, methods, options, solve
 from devplace_lite.cli import main
 from devplace_lite.errors import GraphError, LimitError, UsageError
 from devplace_lite.files import MAX_INPUT_BYTES, read_input, write_atomic
@@ -545,12 +545,12 @@ def test_solver_output_on_fd1_never_reaches_stdout(capfd, graph):
         os.write(1, b"pressed CTRL-C 1 times\n")
         from devplace_lite.baselines import balance_by_time
         return balance_by_time(graph_, cluster, **kw)
-    real = cli.methods.resolve
-    cli.methods.resolve = lambda registry, name, what="": noisy
+    real = methods.Method.load
+    methods.Method.load = lambda self: noisy
     try:
-        code = main(["partition", str(graph), "--method", "time", "--json"])
+        code = main(["partition", str(graph), "--method", "time", "--json", "--bound-time", "0"])
     finally:
-        cli.methods.resolve = real
+        methods.Method.load = real
     out, err = capfd.readouterr()
     assert code == 0 and json.loads(out)["method"] == "time" and "CTRL-C" not in out + err
 
@@ -580,13 +580,14 @@ def test_time_limit_covers_the_certifying_bound(capsys, graph, monkeypatch, meth
         clock.now += (time_limit or 0.0) if method_spends is None else method_spends
         return balance_by_time(graph_, cluster)
     monkeypatch.setattr(cli, "time", clock)
-    monkeypatch.setattr(cli.methods, "resolve", lambda registry, name, what="": method)
-    monkeypatch.setattr(cli, "_certify", lambda res, seconds, split: seen.update(bound=seconds, split=split))
+    monkeypatch.setattr(solve, "time", clock)
+    monkeypatch.setattr(methods.Method, "load", lambda self: method)
+    monkeypatch.setattr(solve, "_raise_bound", lambda res, entry, seconds: seen.update(bound=seconds, split=entry.split))
     assert run(capsys, "partition", graph, "--method", "time", "--time-limit", "10")[0] == 0
     assert seen["split"] == "chain"  # the bound is on the optimum of the splits the method searches
     assert seen["method"] == pytest.approx(9 - 1.8)  # 10 less 1 s for the answer, less min(5, 0.2 * 9)
     if method_spends is None:
-        assert seen["bound"] == pytest.approx(1.8 - cli.MIN_SLICE)
+        assert seen["bound"] == pytest.approx(1.8 - solve.MIN_SLICE)
         assert clock.now + seen["bound"] <= 9
     else:
         assert seen["bound"] == 5.0
@@ -603,7 +604,7 @@ def test_a_certifying_bound_past_its_seconds_is_stopped_and_the_answer_stands(mo
     monkeypatch.setattr(best, "best_bound", lambda *a, **k: time.sleep(60))
     res = balance_by_time(generate("layered", 30, seed=0), Cluster(3))
     before = res.bound
-    cli._certify(res, 0.2, "chain")
+    solve._raise_bound(res, methods.PARTITION["time"], 0.2)
     assert "stopped after 0.2 s" in res.extra["bound_skipped"] and res.bound == before
     assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.default_int_handler, None)
 
@@ -621,7 +622,7 @@ def test_a_certifying_bound_stopped_midway_keeps_what_its_finished_steps_proved(
     monkeypatch.setattr(best, "best_bound", slow_after_a_step)
     res = balance_by_time(generate("layered", 30, seed=0), Cluster(3))
     res.bound = None
-    cli._certify(res, 0.2, "chain")
+    solve._raise_bound(res, methods.PARTITION["time"], 0.2)
     assert "stopped after 0.2 s" in res.extra["bound_skipped"] and res.bound == 1.25
 
 
@@ -653,9 +654,7 @@ def test_error_kinds():
 def test_a_bound_past_the_time_limit_answers_with_the_node_bound(capsys, graph, monkeypatch):
     """`devplace bound` whose method outlasts --time-limit (models too large to build in time)
     answers with the slowest node at its fastest device, status time_limit, within the limit."""
-    from devplace_lite import methods
-
-    monkeypatch.setattr(methods, "resolve", lambda registry, name, what="": lambda g, c, time_limit: time.sleep(60))
+    monkeypatch.setattr(methods.Method, "load", lambda self: lambda g, c, time_limit, on_progress: time.sleep(60))
     code, out, _ = run(capsys, "bound", graph, "--method", "best", "-k", "2", "--time-limit", "1", "--json")
     answer = json.loads(out)
     g = load_graph(graph)
@@ -664,14 +663,13 @@ def test_a_bound_past_the_time_limit_answers_with_the_node_bound(capsys, graph, 
 
 
 def test_a_bound_stopped_after_a_step_answers_with_what_that_step_proved(capsys, graph, monkeypatch):
-    from devplace_lite import methods
     from devplace_lite.bounds import Bound
 
-    def best(g, c, *, time_limit=None, on_progress=None):  # best_bound's signature
+    def best(g, c, *, time_limit=None, on_progress=None):  # every bound method's signature
         on_progress(Bound(0.75, "best", 0.01, "time_limit", kind="chain", extra={"components": {}}))
         time.sleep(60)
 
-    monkeypatch.setattr(methods, "resolve", lambda registry, name, what="": best)
+    monkeypatch.setattr(methods.Method, "load", lambda self: best)
     code, out, _ = run(capsys, "bound", graph, "--method", "best", "-k", "2", "--time-limit", "1", "--json")
     answer = json.loads(out)
     assert code == 0 and (answer["status"], answer["method"], answer["bound"]) == ("time_limit", "best", 0.75)
@@ -682,15 +680,14 @@ def test_a_bound_method_that_stops_just_past_its_limit_keeps_its_answer(capsys, 
     """A HiGHS child is killed `KILL_GRACE` past its limit; `bound` gave the method all of
     --time-limit, so the command's own stop fired first and exact-mip's bound (313 on BERT-L12,
     k = 6) was lost for the node bound (20). The method now gets the limit less `STOP_GRACE`."""
-    from devplace_lite import methods
     from devplace_lite.bounds import Bound
     from devplace_lite.mip.solve import KILL_GRACE
 
-    def exact(g, c, *, time_limit=None):  # stops at its limit plus the child's kill grace
+    def exact(g, c, *, time_limit=None, on_progress=None):  # stops at its limit plus the child's kill grace
         time.sleep(time_limit + KILL_GRACE)
         return Bound(0.75, "exact-mip", time_limit, "time_limit", kind="chain")
 
-    monkeypatch.setattr(methods, "resolve", lambda registry, name, what="": exact)
+    monkeypatch.setattr(methods.Method, "load", lambda self: exact)
     code, out, _ = run(capsys, "bound", graph, "--method", "exact-mip", "-k", "2", "--time-limit", "3", "--json")
     answer = json.loads(out)
     assert code == 0 and (answer["status"], answer["method"], answer["bound"]) == ("time_limit", "exact-mip", 0.75)

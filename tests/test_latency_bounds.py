@@ -12,7 +12,7 @@ from latency_brute import brute_latency, instances
 
 from devplace_lite.devices import Cluster
 from devplace_lite.graph import Graph, Node
-from devplace_lite.latency import exhaustive_latency
+from devplace_lite.latency_model import exhaustive_latency
 from devplace_lite.latency_bounds import (critical_path_bound, interval_bound, latency_bound, memory_levels,
                                           path_bound, ready_bounds, work_bound)
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from latency_brute import brute_latency, instances
 
-import devplace_lite.latency as latency_mod
+import devplace_lite.latency_model as latency_mod
 import devplace_lite.latency_bounds as bounds_mod
 import devplace_lite.latency_search as search_mod
 import devplace_lite.mip.latency as ip_mod
@@ -22,7 +22,7 @@ from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, Node
 from devplace_lite.io import load_graph, save_graph
-from devplace_lite.latency import call_latency, evaluate_latency, latency_of, reentry_pieces
+from devplace_lite.latency_model import call_latency, evaluate_latency, latency_of, reentry_pieces
 from devplace_lite.latency_search import (Blocks, fit_calls, greedy_latency, improve, local_search, order_split,
                                           start_splits)
 from devplace_lite.mip.latency import latency_ip
@@ -199,3 +199,25 @@ def test_training_graphs_are_searched(family):
     r = local_search(g, c, time_limit=2.0)
     assert r.assignment is not None and r.status in ("feasible", "optimal")
     assert evaluate_latency(g, c, r.assignment).latency == pytest.approx(r.objective)
+
+
+def test_a_cpu_branch_moves_whole_to_an_idle_accelerator():
+    """s -> a1 -> a2 -> t with a skip s -> t; s and t fill their accelerators, the branch runs on
+    the slow CPU. Either branch node alone on the idle accelerator pays a1's large output in a
+    transfer (29 ms either way, worse than 25); the two together receive and send the small
+    tensors only (9 ms). The chain move of the local search offers exactly that."""
+    nodes = [Node("s", p_acc=1.0, p_cpu=50.0, comm=1.0, memory=4.0), Node("a1", p_acc=1.0, p_cpu=10.0, comm=12.0,
+             memory=1.0), Node("a2", p_acc=1.0, p_cpu=10.0, comm=1.0, memory=1.0),
+             Node("t", p_acc=1.0, p_cpu=50.0, comm=1.0, memory=4.0)]
+    g = Graph(nodes, [("s", "a1"), ("a1", "a2"), ("a2", "t"), ("s", "t")])
+    c = Cluster(3, 1, memory=4.0)
+    a = np.array([0, 3, 3, 1])
+    assert call_latency(g, c, a) == pytest.approx(25.0)
+    blocks = Blocks(g, c)
+    moves = search_mod._moves(blocks, a, np.random.default_rng(0))
+    runs = [m for m in moves if m[0] == "run"]
+    assert runs == [("run", (int(blocks.of[1]), int(blocks.of[2])), 2)]
+    singles = [search_mod._apply(blocks, a, ("block", int(blocks.of[v]), 2)) for v in (1, 2)]
+    assert all(call_latency(g, c, b) == pytest.approx(29.0) for b in singles)
+    assert call_latency(g, c, search_mod._apply(blocks, a, runs[0])) == pytest.approx(9.0)
+    assert call_latency(g, c, a) >= brute_latency(g, c) == pytest.approx(9.0)

@@ -107,16 +107,17 @@ def test_contiguous_is_weaker_than_chain_on_the_counterexample():
 def test_the_certifying_bound_is_on_the_methods_own_optimum():
     """An ip-contig answer stopped by its limit holding the best chain split (5.0) must not be
     certified against the chain optimum: the contiguous optimum is 4.2."""
-    from devplace_lite.cli import _certify
+    from devplace_lite.methods import PARTITION
     from devplace_lite.result import Result
+    from devplace_lite.solve import _raise_bound
 
     g, c = two_part_counterexample(), Cluster(2)
     chain = throughput_ip(g, c, "chain")
     res = Result("ip-contig", g, c, chain.assignment, chain.objective, "time_limit", 1.0, bound=0.0)
-    _certify(res, 5.0, "contiguous")
+    _raise_bound(res, PARTITION["ip-contig"], 5.0)
     assert res.extra["bound_kind"] == "any" and 0 < res.bound <= 4.2 + 1e-9
-    _certify(chain_res := Result("ip", g, c, chain.assignment, chain.objective, "time_limit", 1.0, bound=0.0),
-             5.0, "chain")
+    _raise_bound(chain_res := Result("ip", g, c, chain.assignment, chain.objective, "time_limit", 1.0, bound=0.0),
+                 PARTITION["ip"], 5.0)
     assert chain_res.extra["bound_kind"] == "chain" and chain_res.bound == pytest.approx(5.0)
 
 
@@ -234,3 +235,47 @@ def test_cli_json_contract(tmp_path, capsys, method):
     assert main(["partition", str(path), "--method", method, "-k", "3", "--time-limit", "0.5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] in ("optimal", "time_limit") and out["bound"] <= out["objective"] + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_orbitope_rows_keep_exactly_one_labelling_of_each_split(seed):
+    """symmetry="orbitope": every feasible split, labelled as `canonical_labels` does, is a model
+    point with its load (no split is lost), and a relabelling of two used accelerators is not
+    (the k! labellings are cut to one)."""
+    from devplace_lite.mip.throughput import canonical_labels
+
+    g, c = case(seed)
+    rng = np.random.default_rng(seed)
+    data = UnitData(g, c)
+    form = _DeviceModel(data, seed % 2 == 0, "orbitope")
+    for _ in range(40):
+        a = rng.integers(0, c.size, data.U)[data.unit]
+        ev = evaluate(g, c, a)
+        if not ev.feasible or (seed % 2 == 0 and ev.split == "none"):
+            continue
+        a = canonical_labels(data, a)
+        v = form.encode(a)
+        assert form.model.violation(v) <= 1e-9
+        assert v[form.T] == pytest.approx(ev.max_load)
+        used = sorted({int(d) for d in a if d < c.k})
+        if len(used) >= 2:
+            swap = {used[0]: used[1], used[1]: used[0]}
+            b = np.array([swap.get(int(d), int(d)) for d in a])
+            assert form.model.violation(form.encode(b)) > 0.5
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_orbitope_rows_and_the_combinatorial_cut_keep_the_optimum(seed):
+    """The contiguous and non-contiguous IPs with the orbitope rows and the chapter 05 cut equal
+    the exhaustive optimum, on SCIP and HiGHS alternately, and the cut is below it."""
+    from devplace_lite.bounds import combinatorial_bound
+
+    g, c = case(seed)
+    comb = combinatorial_bound(g, c).bound
+    for kind in ("contiguous", "noncontiguous"):
+        truth = exhaustive(g, c, kind=EXHAUSTIVE_KIND[kind]).objective
+        assert comb <= truth + 1e-9
+        r = throughput_ip(g, c, kind, solver=("scip", "highs")[seed % 2], symmetry="orbitope", bound_cut=True,
+                          warm_start=None if seed % 4 == 1 else "auto")
+        assert r.status == "optimal" and close(r.objective, truth), (kind, r.objective, truth)
+        check_result(r, kind)

@@ -203,7 +203,9 @@ def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_p
     (["nosuchmodule:f", "-k", "2"], "cannot import nosuchmodule"),
     (["gpt", "-k", "0"], "-k/--stages: expected an integer in [1, 1024]"),
     (["gpt", "-k", "2", "--memory", "nan"], "--memory: expected a finite number > 0"),
-    (["gpt", "-k", "2", "--batch", "6", "--microbatches", "4"], "not a multiple"),
+    (["gpt", "-k", "2", "--batch", "6", "--microbatches", "4"],
+     "a batch of 6 does not split into 4 equal micro-batches: give --microbatches a divisor of 6, or --batch a "
+     "multiple of 4"),
     (["gpt", "-k", "2", "--check"], "need --run"),
 ])
 def test_cli_bad_input_is_one_line_and_status_2(capsys, tmp_path, argv, words):

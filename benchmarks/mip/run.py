@@ -50,18 +50,22 @@ def dp_value(graph, cluster, limit: float):
     return {"dp_objective": r.objective, "dp_status": r.status, "dp_seconds": round(r.seconds, 3)}
 
 
-def throughput_rows(section: str, name: str, graph, ks, kinds_solvers, limit: float, want=None):
-    """One row per (k, flavour, solver, DP cut): ``kinds_solvers`` holds (kind, solver, dp_cut);
-    ``want(section, name, k)`` picks the instances to run (all when None)."""
+def throughput_rows(section: str, name: str, graph, ks, kinds_solvers, limit: float, want=None, kinds=None):
+    """One row per (k, flavour, solver, options): ``kinds_solvers`` holds (kind, solver, keyword
+    arguments of `throughput_ip`: ``dp_cut``, ``symmetry``, ``bound_cut``); ``want(section, name,
+    k)`` picks the instances to run (all when None), ``kinds`` the flavours (all when None)."""
     for k in ks:
         if want is not None and not want(section, name, k):
             continue
         cluster = Cluster(k, 1, memory=graph.defaults.get("memory", math.inf))
         ref = dp_value(graph, cluster, limit)
-        for kind, solver, cut in kinds_solvers:
-            r = throughput_ip(graph, cluster, kind, solver=solver, time_limit=limit, gap=GAP, dp_cut=cut)
+        for kind, solver, opts in kinds_solvers:
+            if kinds is not None and kind not in kinds:
+                continue
+            r = throughput_ip(graph, cluster, kind, solver=solver, time_limit=limit, gap=GAP, **opts)
             row = {"section": section, "graph": name, "nodes": graph.n, "k": k, "kind": kind, "solver": solver,
-                   "dp_cut": r.extra.get("cut") == "dp",
+                   "dp_cut": r.extra.get("cut") == "dp", "orbitope": opts.get("symmetry") == "orbitope",
+                   "bound_cut": r.extra.get("cut") == "combinatorial",
                    "status": r.status, "objective": r.objective, "bound": r.bound, "gap": r.gap,
                    "seconds": round(r.seconds, 2), "solve_seconds": r.extra.get("solve_seconds"),
                    "warm_start": r.extra.get("warm_start"), "start_objective": r.extra.get("start_objective"),
@@ -96,23 +100,26 @@ def symmetry_rows(limit: float):
             yield row
 
 
-def cases(quick: bool, limit: float, only: set[str], want=None):
-    both = ([(kind, s, False) for kind in ("chain", "contiguous") for s in ("scip", "highs")]
-            + [("chain", s, True) for s in ("scip", "highs")] + [("noncontiguous", "scip", False)])
+def cases(quick: bool, limit: float, only: set[str], want=None, kinds=None):
+    # the contiguous flavour with the orbitope rows and the combinatorial cut sits beside the
+    # plain one (issue 29): same instances, same run
+    both = ([(kind, s, {}) for kind in ("chain", "contiguous") for s in ("scip", "highs")]
+            + [("contiguous", s, {"symmetry": "orbitope", "bound_cut": True}) for s in ("scip", "highs")]
+            + [("chain", s, {"dp_cut": True}) for s in ("scip", "highs")] + [("noncontiguous", "scip", {})])
     ks = (2, 4) if quick else (2, 4, 8)
     if "generated" in only:
         for n in ((30, 60) if quick else (50, 150, 300)):
             g = generate("layered", n, seed=0)
-            yield from throughput_rows("generated", f"layered-{n}", g, ks, both, limit, want)
+            yield from throughput_rows("generated", f"layered-{n}", g, ks, both, limit, want, kinds)
     if "zoo" in only:
         for name in ZOO[:2] if quick else ZOO:
             path = ROOT / "data/graphs" / f"{name}.json"
             if path.exists():
-                yield from throughput_rows("zoo", name, load_graph(path), ks, both[:6], limit, want)
+                yield from throughput_rows("zoo", name, load_graph(path), ks, both[:8], limit, want, kinds)
     if "reference" in only and (REFERENCE / "throughput-inputs").is_dir():
         for name in AUTHORS[:1] if quick else AUTHORS:
             g = load_graph(REFERENCE / "throughput-inputs/LayerGraphs" / f"{name}.json")
-            yield from throughput_rows("reference", name, g, ks, both[:6], limit, want)
+            yield from throughput_rows("reference", name, g, ks, both[:8], limit, want, kinds)
     if "latency" in only:
         for name in ZOO[:2] if quick else ZOO:
             path = ROOT / "data/graphs" / f"{name}.json"
@@ -136,7 +143,8 @@ def table(rows) -> str:
     for r in rows:
         extra = r.get("dp_objective") if r["section"] != "latency" else r.get("greedy")
         label = "greedy " if r["section"] == "latency" else ""
-        flav = r["kind"] + (" +sym rows" if r.get("symmetry_rows") else "") + (" +DP cut" if r.get("dp_cut") else "")
+        flav = (r["kind"] + (" +sym rows" if r.get("symmetry_rows") else "") + (" +DP cut" if r.get("dp_cut") else "")
+                + (" +orbitope" if r.get("orbitope") else "") + (" +comb. cut" if r.get("bound_cut") else ""))
         out.append(f"| {r['section']} | {r['graph']} | {r['nodes']} | {r['k']} | {flav} | {r['solver']} | "
                    f"{r['status']} | {fmt(r['objective'])} | {fmt(r['bound'])} | "
                    f"{fmt(None if r['gap'] is None else 100 * r['gap'], '.2f')}% | {r['seconds']:.1f} | "
@@ -191,7 +199,9 @@ def summary(rows) -> str:
 
 def render(rows) -> None:
     order = ["generated", "zoo", "reference", "latency", "symmetry"]
-    rows = sorted(rows, key=lambda r: order.index(r["section"]))  # stable within a section
+    # by section, then instance (size, name, k); stable, so a rerun's rows sit where they were
+    rows = sorted(rows, key=lambda r: (order.index(r["section"]),) + ((r["nodes"], r["graph"], r["k"])
+                                                                      if r["section"] != "latency" else ()))
     readme = HERE / "README.md"
     head = readme.read_text().split("<!-- table -->")[0] if readme.exists() else "# Integer programs\n\n"
     readme.write_text(head + "<!-- table -->\n" + table(rows) + "\n" + summary(rows))
@@ -203,6 +213,7 @@ def main(argv=None) -> None:
     p.add_argument("--time-limit", type=float, default=60.0)
     p.add_argument("--only", default="generated,zoo,reference,latency,symmetry")
     p.add_argument("--render", action="store_true", help="only rewrite README.md from results.json")
+    p.add_argument("--kinds", help="only these flavours (comma-separated: chain,contiguous,noncontiguous)")
     p.add_argument("--missed", action="store_true",
                    help="rerun only the instances with a pair that missed the target in results.json")
     args = p.parse_args(argv)
@@ -222,9 +233,14 @@ def main(argv=None) -> None:
     rows: list[dict] = []
     meta = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
             "command": "python -m benchmarks.mip.run" + (" --quick" if args.quick else "")
-            + (" --missed" if args.missed else ""),
+            + (" --missed" if args.missed else "") + (f" --kinds {args.kinds}" if args.kinds else "")
+            + (f" --time-limit {args.time_limit:g}" if args.time_limit != 60 else ""),
             "time_limit": args.time_limit, "gap": GAP, "threads": 1}
-    for row in cases(args.quick, args.time_limit, only, want):
+    kinds = set(args.kinds.split(",")) if args.kinds else None
+    if kinds is not None:  # the rows of the other flavours stay as they were
+        kept += [r for r in old if r not in kept and r["section"] in only and r["kind"] not in kinds
+                 and (want is None or want(r["section"], r["graph"], r["k"]))]
+    for row in cases(args.quick, args.time_limit, only, want, kinds):
         rows.append(row)
         write_json_atomic(HERE / "results.json", {**meta, "rows": kept + rows})
     render(kept + rows)

@@ -16,14 +16,17 @@ bounds both; one of ``kind="chain"`` bounds ``T_chain`` only. From weakest to st
 * `best_bound`: the above within a time budget.
 
 The functions registered in `devplace_lite.methods.BOUND` (`combinatorial_bound`, `stage_relax`,
-`pinned`, `reach`, `exact_mip`, `best_bound`) take ``(graph, cluster, *, time_limit=None)`` and
-return a `Bound`.
+`pinned`, `reach`, `exact_mip`, `best_bound`) take ``(graph, cluster, *, time_limit=None,
+on_progress=None)`` and return a `Bound`; ``on_progress`` is called with each bound a finished
+step proved (the combinatorial bound every MIP bound starts from, and more for those whose entry
+says ``progress``), so that a caller that stops one midway keeps it.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 from ..devices import Cluster
 from ..graph import Graph
@@ -34,6 +37,8 @@ from .combinatorial import classic_bound, combinatorial_bound, neighbourhood
 from .single_stage import pinned_bound, reach_bound
 from .stages import stage_mip, window_relaxation
 from .units import UnitModel
+
+Report = Callable[[Bound], None] | None
 
 __all__ = ["Bound", "UnitModel", "best_bound", "classic_bound", "combinatorial_bound", "exact_mip",
            "neighbourhood", "pinned", "pinned_bound", "reach", "reach_bound", "stage_mip", "stage_relax",
@@ -48,15 +53,25 @@ def _fits_mips(graph: Graph, name: str) -> None:
                          f"{name} is built for; use --method combinatorial or best (which falls back to it)")
 
 
-def stage_relax(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, width: int = 1) -> Bound:
+def _start(graph: Graph, cluster: Cluster, name: str, on_progress: Report) -> Bound:
+    """The combinatorial bound every MIP bound starts from (refusing a graph too large for the
+    MIPs first), reported as the first finished step."""
+    _fits_mips(graph, name)
+    comb = combinatorial_bound(graph, cluster)
+    if on_progress is not None and comb.status != "infeasible":
+        on_progress(Bound(comb.bound, name, comb.seconds, "time_limit", kind="any", extra={"step": "combinatorial"}))
+    return comb
+
+
+def stage_relax(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, width: int = 1,
+                on_progress: Report = None) -> Bound:
     """Registry entry ``stage-relax``: the window relaxation maximised over the stage index ``b``
     (chain splits), within ``time_limit`` seconds (default 60) shared over the ``b`` values,
     middle stages first; each MIP starts from the best bound so far. Status ``optimal`` when
     every ``b`` was solved to optimality."""
     t0 = time.perf_counter()
     budget = 60.0 if time_limit is None else float(time_limit)
-    _fits_mips(graph, "stage-relax")
-    comb = combinatorial_bound(graph, cluster)
+    comb = _start(graph, cluster, "stage-relax", on_progress)
     if comb.status == "infeasible" or cluster.k == 0:
         return Bound(comb.bound, "stage-relax", time.perf_counter() - t0, comb.status, kind="any")
     model = UnitModel(graph, cluster, chain=True)
@@ -77,18 +92,19 @@ def stage_relax(graph: Graph, cluster: Cluster, *, time_limit: float | None = No
                          extra={"b": b})
         if w.status != "optimal":
             status = "time_limit"
+        if w.bound > best and on_progress is not None:
+            on_progress(Bound(w.bound, "stage-relax", time.perf_counter() - t0, "time_limit", kind="chain"))
         best = max(best, w.bound)
     return Bound(best, "stage-relax", time.perf_counter() - t0, status, kind="chain",
                  extra={"width": m, "per_stage": {str(b): v for b, v in sorted(per_b.items())},
                         "combinatorial": comb.bound})
 
 
-def exact_mip(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) -> Bound:
+def exact_mip(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, on_progress: Report = None) -> Bound:
     """Registry entry ``exact-mip``: the dual bound of the exact ordered-stage MIP (chain splits)
     after ``time_limit`` seconds (default 60), seeded with the combinatorial bound; ``extra``
     carries the incumbent's objective."""
-    _fits_mips(graph, "exact-mip")
-    comb = combinatorial_bound(graph, cluster)
+    comb = _start(graph, cluster, "exact-mip", on_progress)
     if comb.status == "infeasible":
         return Bound(comb.bound, "exact-mip", comb.seconds, "infeasible", kind="any")
     r = stage_mip(graph, cluster, time_limit=60.0 if time_limit is None else time_limit, lower=comb.bound)
@@ -97,12 +113,11 @@ def exact_mip(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
                  extra={"objective": r.objective, **r.extra})
 
 
-def pinned(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) -> Bound:
+def pinned(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, on_progress: Report = None) -> Bound:
     """Registry entry ``pinned``: the pinned-stage bound over all units, largest neighbourhood
     bound first, within ``time_limit`` seconds (default 60)."""
     t0 = time.perf_counter()
-    _fits_mips(graph, "pinned")
-    comb = combinatorial_bound(graph, cluster)
+    comb = _start(graph, cluster, "pinned", on_progress)
     if comb.status == "infeasible":
         return Bound(comb.bound, "pinned", comb.seconds, "infeasible", kind="any")
     model = UnitModel(graph, cluster, chain=True)
@@ -113,13 +128,12 @@ def pinned(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) -
     return b
 
 
-def reach(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) -> Bound:
+def reach(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, on_progress: Report = None) -> Bound:
     """Registry entry ``reach``: the reach bound, probing between the combinatorial bound and a
     short order search's split (a tenth of the budget), within ``time_limit`` seconds
     (default 60)."""
     t0 = time.perf_counter()
-    _fits_mips(graph, "reach")
-    comb = combinatorial_bound(graph, cluster)
+    comb = _start(graph, cluster, "reach", on_progress)
     if comb.status == "infeasible":
         return Bound(comb.bound, "reach", comb.seconds, "infeasible", kind="any")
     model = UnitModel(graph, cluster, chain=True)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -134,10 +135,12 @@ def _fits(T: float, k: int, l_: int, nb: np.ndarray, pa: np.ndarray, pc: np.ndar
     return acc_work <= k * T * (1 + 1e-12)
 
 
-def combinatorial_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = None) -> Bound:
+def combinatorial_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = None,
+                        on_progress: Callable[[Bound], None] | None = None) -> Bound:
     """The strongest closed-form bound of this module: ``max`` of the neighbourhood bound and
     the knapsack bound, valid for any split, with or without CPU cores and memory caps (a
-    memory cap only forbids units bigger than it on accelerators)."""
+    memory cap only forbids units bigger than it on accelerators). One step, polynomial:
+    ``time_limit`` and ``on_progress`` (the registry's signature) have nothing to act on."""
     t0 = time.perf_counter()
     if graph.n == 0:  # nothing to place: every device idles, and 0 is the optimum
         return Bound(0.0, "combinatorial", time.perf_counter() - t0, "optimal", kind="any")

@@ -8,7 +8,9 @@
 
 MODEL is a zoo name or ``module:function`` returning ``(model, example inputs of the whole
 batch)`` (called with ``batch=`` and ``seed=`` when it takes them), e.g.
-``devplace_lite.zoo.external:gpt2``. The command captures the model (torch.export, else
+``devplace_lite.zoo.external:gpt2`` or ``mynet:build`` for ``./mynet.py`` (the current folder is
+importable, as with ``python -m``). Without ``--microbatches`` a step has `MICROBATCHES`
+micro-batches, or the most below that divide the batch. The command captures the model (torch.export, else
 torch.fx), measures its segments on one micro-batch (thread CPU time, one thread), splits them
 with the exact DP (or a heuristic past its size), proves a lower bound and states the gap,
 computes every stage's peak memory under the schedule (refusing a plan over ``--memory``), and
@@ -48,6 +50,33 @@ from ..errors import UsageError
 from . import print_json
 
 HELP = "plan a model's pipeline (profile, exact split, bound, memory) and write a torchrun script"
+#: Micro-batches per step when --microbatches is not given (fewer when they do not divide the batch).
+MICROBATCHES = 4
+EPILOG = """\
+MODEL is a zoo name (gpt, bert, resnet50, inception, gnmt) or module:function, a Python
+function returning (model, example inputs of the whole batch); the current folder is
+importable, as with python -m. Examples:
+
+  devplace plan gpt -k 2 --out build/plan
+  devplace plan mynet:build -k 2 --out build/plan   # def build(batch=8, seed=0) in ./mynet.py
+  devplace plan devplace_lite.zoo.external:gpt2 -k 2 --inference --out build/gpt2-plan
+"""
+
+
+def _indivisible(batch: int, microbatches: int) -> str:
+    return (f"a batch of {batch} does not split into {microbatches} equal micro-batches: give --microbatches "
+            f"a divisor of {batch}, or --batch a multiple of {microbatches}")
+
+
+def default_microbatches(batch: int, most: int = MICROBATCHES) -> int:
+    """The largest micro-batch count up to ``most`` that divides ``batch`` (1 always does).
+
+    >>> default_microbatches(8), default_microbatches(2), default_microbatches(6), default_microbatches(7)
+    (4, 2, 3, 1)
+    """
+    return next(m for m in range(min(most, batch), 0, -1) if batch % m == 0)
+
+
 #: torch 2.13's schedules (`devplace_lite.schedule_sim.SCHEDULES`; listed here so --help needs no import).
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev")
 
@@ -69,14 +98,17 @@ def _microbatches(text: str) -> int | str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="zoo name or module:function returning (model, example inputs of the batch)")
+    parser.epilog, parser.formatter_class = EPILOG, argparse.RawDescriptionHelpFormatter
+    parser.add_argument("model", help="zoo name or module:function returning (model, example inputs of the batch); "
+                                      "the current folder is importable (examples below)")
     parser.add_argument("-k", "--stages", type=options.WORKERS, required=True, help="devices (pipeline stages at most), >= 1")
     parser.add_argument("--schedule", choices=[*SCHEDULE_NAMES, "auto"], default="1f1b",
                         help="torch's pipeline schedule, or auto: the least forecast step (default 1f1b)")
     parser.add_argument("--stages-per-rank", type=_per_rank, default=None,
                         help="stages on each rank for interleaved-1f1b, looped-bfs, interleaved-zb (default 2)")
-    parser.add_argument("--microbatches", type=_microbatches, default=4,
-                        help="micro-batches per step, >= 1, or auto with --schedule auto (default 4)")
+    parser.add_argument("--microbatches", type=_microbatches,
+                        help=f"micro-batches per step, >= 1 (default {MICROBATCHES}, or the largest count below "
+                             "that divides the batch), or auto with --schedule auto")
     parser.add_argument("--batch", type=options.SIZE, help="samples per step, a multiple of --microbatches "
                                                   "(default: 2 per micro-batch; module:function without batch= keeps its own)")
     parser.add_argument("--size", choices=["tiny", "full"], default="tiny", help="zoo configuration (default tiny)")
@@ -114,8 +146,8 @@ def _validate(args: argparse.Namespace) -> None:
             raise UsageError("--stages-per-rank names one schedule's layout; with --schedule auto leave it out")
         if SCHEDULES[args.schedule].fixed and args.stages_per_rank != SCHEDULES[args.schedule].per_rank:
             stages_per_rank(args.schedule, args.stages_per_rank)  # the one-line refusal
-    if args.batch is not None and args.microbatches != "auto" and args.batch % args.microbatches:
-        raise UsageError(f"--batch {args.batch} is not a multiple of --microbatches {args.microbatches}")
+    if args.batch is not None and args.microbatches not in (None, "auto") and args.batch % args.microbatches:
+        raise UsageError(_indivisible(args.batch, args.microbatches))
     if (args.check or args.nodes > 1) and not (args.run or args.calibrate):
         raise UsageError("--check and --nodes need --run (or --calibrate)")
     if not args.folder:  # Path("") is ".": the plan's files would land in the current folder unasked
@@ -151,8 +183,20 @@ def run(args: argparse.Namespace) -> int:
     from ..zoo import load
 
     auto_m = args.microbatches == "auto"
-    batch = args.batch or 2 * (4 if auto_m else args.microbatches)
+    asked = None if auto_m else args.microbatches
+    if asked is None and args.batch is not None and not auto_m:
+        args.microbatches = default_microbatches(args.batch)
+    batch = args.batch or 2 * (MICROBATCHES if auto_m else (args.microbatches or MICROBATCHES))
     model, inputs = load(args.model, size=args.size, batch=batch, seed=args.seed)
+    got = int(inputs[0].shape[0]) if inputs[0].dim() else 0  # module:function may keep its own batch
+    if not auto_m:
+        if asked is None:
+            args.microbatches = default_microbatches(got) if got else MICROBATCHES
+            if args.microbatches != MICROBATCHES:
+                print(f"devplace: note: {args.microbatches} micro-batch(es), the most up to {MICROBATCHES} that "
+                      f"divide the batch of {got} (set --microbatches, or --batch)", file=sys.stderr)
+        elif got and got % asked:
+            raise UsageError(_indivisible(got, asked))
     common = dict(k=args.stages, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
                   method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
                   repeats=args.repeats, model_spec=args.model, device=args.device)
@@ -203,7 +247,9 @@ def _print(a: dict[str, Any]) -> None:
     for t in a["tied"]:
         print(f"  tied {t['parameter']}: {t['handling']}")
     print(f"split points: {a['split_points']}")
-    print(f"wrote {a['files']['plan']}, {a['files']['script']}; run: {a['torchrun']}")
+    f = a["files"]
+    print(f"wrote {f['plan']} (the plan), {f['graph']} (the segments' graph) and {f['script']}; "
+          f"run: {a['torchrun']}")
     if "run" in a:
         r = a["run"]
         meas = ", ".join(f"{x:.2f}" for x in r["stage_cpu_ms"])

@@ -13,7 +13,7 @@ from ..devices import Cluster
 from ..exhaustive import batch_loads
 from ..generators import generate
 from ..graph import Graph, Node
-from ..latency import evaluate_latency, reachability
+from ..latency_model import evaluate_latency, reachability
 from ..latency_bounds import critical_path_bound, latency_caps
 from .core import Case, close, register
 
@@ -276,7 +276,7 @@ def _pair(expected, got) -> str | None:
 
 register(id="04.3", name="my_latency_with_floor", title="least latency among splits meeting a throughput floor",
          reference=latency_with_floor, cases=_floor_cases, compare=_pair, slips=_floor_slips, fixed=2, n=10, tries=5,
-         forbidden=("devplace_lite.latency:exhaustive_latency", "devplace_lite.mip"),
+         forbidden=("devplace_lite.latency_model:exhaustive_latency", "devplace_lite.mip"),
          hint="enumerate every assignment a of the nodes to the devices 0 .. cluster.size - 1; keep those with no "
               "violations, convex accelerator sets and max_load at most floor; count them, and score each with "
               "evaluate_latency(graph, cluster, a, pieces), pieces 0 on accelerators and -1 on the CPU; return "

@@ -13,7 +13,10 @@ How a submission is graded:
 2. The submission runs in its own `devplace_lite.exercises.sandbox.Session`: its worker loads it
    (within ``load_timeout`` seconds: imports, notebook set-up), then is sent one instance at a
    time (the arguments only, never the answer) and sends back the function's answer as JSON.
-   Each exercise has ``timeout`` seconds in all. A runaway (endless loop, memory, processes,
+   Each exercise has ``timeout`` seconds in all, on the submission's clock
+   (`devplace_lite.exercises.sandbox.RunClock`: time it runs or sleeps; time it waits for a CPU
+   that the machine's other processes hold is not counted, so a loaded machine does not fail a
+   quick answer), and at most three times that of wall time. A runaway (endless loop, memory, processes,
    output) is killed with its whole process tree and scores 0 on that exercise; a new sandbox
    grades the exercises after it.
 3. The answers are judged here, outside the submission (`devplace_lite.exercises.core.assess`):
@@ -263,7 +266,7 @@ def _load(session: Session, sub: Submission, plan: Plan, todo: list[str], by_id:
     """Start the worker on the submission; its ``loaded`` event, or None (every exercise left is then
     recorded as not graded, with why)."""
     exercises = {i: (by_id[i].name, list(by_id[i].forbidden)) for i in todo}
-    deadline = time.monotonic() + plan.load_timeout
+    deadline = session.deadline(plan.load_timeout)
     static_seen = False  # the worker sends it before any submission code runs; a later one is forged
     try:
         session.send({"op": "setup", "exercises": exercises, "files": session.inside})
@@ -300,7 +303,7 @@ def _load(session: Session, sub: Submission, plan: Plan, todo: list[str], by_id:
 
 def _run_exercise(session: Session, ex: Exercise, plan: Plan, copies: dict[str, list[str]]) -> list[Outcome]:
     """The learner's answers on every instance of ``ex``, within the exercise's time."""
-    deadline = time.monotonic() + plan.timeout
+    deadline = session.deadline(plan.timeout)
     outcomes: list[Outcome] = []
 
     def wait(kind: str, i: int | None = None) -> dict:
@@ -431,4 +434,5 @@ def write_results(subs: list[Submission], plan: Plan, path: str | os.PathLike) -
 def header(plan: Plan) -> str:
     """How this run graded: the sandbox and its limits, the budgets, the seed's source."""
     return (f"{describe(plan.bwrap, plan.limits)}\nhidden instances from your secret seed; {plan.load_timeout:g} s to "
-            f"load a submission, {plan.timeout:g} s per exercise")
+            f"load a submission, {plan.timeout:g} s per exercise (time the submission runs or sleeps, not time it "
+            "waits for a busy CPU)")

@@ -11,7 +11,9 @@ grader's worker inside the sandbox, the static one before any of the submission'
   ``from ... import max_load as m``, ``f = c.max_load``) and flags a forbidden one, a string
   equal to a forbidden function's name (``getattr(c, "max_load")``), and a function whose body
   is a forbidden function's body (a pasted copy). Machinery that could hide a call (``getattr``
-  with a computed name, ``importlib``, ``exec``, ``__code__``, ``gc`` ...) is listed for review.
+  with a computed name, ``importlib``, ``exec``, ``__code__``, ``gc`` ...) is listed for review
+  where it is in code that runs (at load time, or called from the exercises' functions): an
+  import nothing uses, such as the book's own hidden install cell, is not listed.
 * `Guard` is the runtime tripwire: the code of every forbidden function is swapped, in place, for
   a stub that records the call when it happens during that exercise and then runs the original,
   so every alias of the function (another name, ``getattr``, ``importlib.import_module``, a
@@ -179,8 +181,10 @@ def inspect_statically(trees: list[ast.Module], exercises: dict[str, tuple[str, 
     ``id -> (function name, forbidden patterns)``; nothing is executed."""
     module = _Module(trees)
     report = StaticReport()
-    for node in module.top + [n for d in module.defs.values() for n in ast.walk(d)]:
-        for line in _review_lines(node, module):
+    runs = _code_that_runs(module, [name for name, _ in exercises.values()])
+    used = {n.id for n in runs if isinstance(n, ast.Name)}
+    for node in runs + [n for n in module.top if isinstance(n, (ast.Import, ast.ImportFrom))]:
+        for line in _review_lines(node, module, used):
             if line not in report.review:
                 report.review.append(line)
     for ex_id, (name, patterns) in exercises.items():
@@ -226,7 +230,42 @@ def inspect_statically(trees: list[ast.Module], exercises: dict[str, tuple[str, 
     return report
 
 
-def _review_lines(node: ast.AST, module: _Module) -> list[str]:
+def _load_time(node: ast.stmt) -> list[ast.AST]:
+    """What of a top-level statement runs when the submission is loaded: all of it, except the
+    body of a function (its decorators, defaults and annotations run; its body only when called)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return []
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        a = node.args
+        parts = [*node.decorator_list, *a.defaults, *[d for d in a.kw_defaults if d is not None],
+                 *[x.annotation for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+                   if x is not None and x.annotation is not None]]
+        if node.returns is not None:
+            parts.append(node.returns)
+        return parts
+    return [node]
+
+
+def _code_that_runs(module: _Module, names: list[str]) -> list[ast.AST]:
+    """Every node of the code that runs when the submission is graded: what runs at load time,
+    and the functions (and classes) the exercises' functions and that code name, transitively.
+    A cell of the book that nothing calls (the hidden install cell's imports, say) is not in it,
+    so only the student's code is listed for review."""
+    at_load = [n for stmt in module.top for part in _load_time(stmt) for n in ast.walk(part)]
+    seeds = list(names) + [n.id for n in at_load if isinstance(n, ast.Name)]
+    seen: set[int] = set()
+    called = []
+    for seed in seeds:
+        for d in module.reachable(seed):
+            if id(d) not in seen:
+                seen.add(id(d))
+                called += list(ast.walk(d))
+    return at_load + called
+
+
+def _review_lines(node: ast.AST, module: _Module, used: set[str] | None = None) -> list[str]:
+    """The review notes of one node; an import only when code that runs uses a name it binds
+    (``used``; None: always)."""
     out = []
     where = f"line {getattr(node, 'lineno', '?')}"
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _REVIEW_CALLS:
@@ -236,10 +275,15 @@ def _review_lines(node: ast.AST, module: _Module) -> list[str]:
     elif isinstance(node, ast.Attribute) and node.attr in _REVIEW_ATTRS:
         out.append(f".{node.attr} ({where})")
     elif isinstance(node, (ast.Import, ast.ImportFrom)):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-        for n in names:
-            if n.split(".")[0] in _REVIEW_MODULES:
-                out.append(f"import {n} ({where})")
+        if isinstance(node, ast.Import):
+            pairs = [(a.name, a.asname or a.name.split(".")[0]) for a in node.names]
+        else:
+            pairs = [(node.module or "", a.asname or a.name) for a in node.names]
+        for n, bound in pairs:
+            if n.split(".")[0] in _REVIEW_MODULES and (used is None or bound in used or bound == "*"):
+                line = f"import {n} ({where})"
+                if line not in out:
+                    out.append(line)
     return out
 
 

@@ -16,7 +16,10 @@ as a separate process tree inside ``bwrap`` (Debian's ``bubblewrap`` package):
   runs as root it creates a cgroup per session (v1 or v2, where the machine lets it) for the
   memory and the number of processes of the whole tree, and the worker gives up root for an
   unprivileged uid of its own (as root the process limit would not hold). The grader caps what
-  the submission prints, and the time of loading and of each exercise (wall clock).
+  the submission prints, and the time of loading and of each exercise on a `RunClock`: wall
+  time less the time the worker sat runnable waiting for a CPU (the kernel's run-queue wait), so
+  that a busy machine does not turn a quick answer into a timeout, while an endless loop and a
+  sleep both run the clock; and never more than `WALL_FACTOR` times the budget of wall time.
 * **The end.** The session's process tree is killed: ``bwrap`` with ``--die-with-parent`` holds
   the PID namespace, and killing it (and the cgroup's processes) ends every process inside,
   ``setsid`` daemons included.
@@ -56,6 +59,8 @@ ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
        "DEVPLACE_GRADING": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
        "NUMBA_NUM_THREADS": "1"}
 _STAGE_LIMIT = 64 * MIB  # at most this much of a submission is staged
+#: A budget of t seconds on a submission's clock ends after at most this many times t of wall time.
+WALL_FACTOR = 3.0
 _UIDS = iter(range(1 << 30))
 _UID_LOCK = threading.Lock()
 
@@ -184,6 +189,70 @@ def _next_uid() -> int:
     with _UID_LOCK:
         k = next(_UIDS)
     return 200_000 + (os.getpid() % 50_000) * 64 + k % 64
+
+
+class RunClock:
+    """A clock that runs while a worker runs or sleeps, and not while the machine's load keeps
+    it waiting for a CPU.
+
+    `now` is `time.monotonic` less the run-queue wait (``/proc/PID/schedstat``: time runnable
+    while other processes held the CPU) that the worker spent with no process of its own beside
+    it. A submission that starts processes is timed on the wall clock meanwhile: its own
+    processes must not buy it time by crowding out its worker. The worker is the Python process
+    among ``root`` and its descendants (the cgroup shell execs bwrap, which forks the namespace's
+    init, which starts the worker). An endless loop and a sleep both advance the clock. Before
+    the worker starts, or where the kernel keeps no such count, it is the wall clock."""
+
+    def __init__(self, root: int) -> None:
+        self.root, self.worker, self.waited, self.excused = root, None, 0.0, 0.0
+
+    def now(self) -> float:
+        if self.worker is None:
+            self.worker = _find_python(self.root)
+            self.waited = _queued(self.worker) if self.worker is not None else 0.0
+        if self.worker is not None:
+            waited = _queued(self.worker)
+            if waited is not None:
+                if not _children(self.worker):
+                    self.excused += max(waited - self.waited, 0.0)
+                self.waited = waited
+        return time.monotonic() - self.excused
+
+
+def _queued(pid: int) -> float | None:
+    """Seconds ``pid`` has waited on the run queue (None: ended, or no schedstat)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (every thread's)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out.extend(int(c) for c in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _find_python(root: int) -> int | None:
+    """The first Python process among ``root`` and its descendants (None: none yet, or no /proc)."""
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().startswith("python"):
+                    return pid
+        except OSError:
+            continue
+        todo.extend(_children(pid))
+    return None
 
 
 # -- cgroups (as root, where the machine allows) -----------------------------------------------------------
@@ -355,6 +424,7 @@ class Session:
             cmd, cwd = worker, str(scratch)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, env=env, cwd=cwd,
                                      pass_fds=(req_r, rep_w), start_new_session=True)
+        self._clock = RunClock(self.proc.pid)
         for fd in (req_r, rep_w, out_w):
             os.close(fd)
         self._requests = os.fdopen(self._req_w, "wb")
@@ -423,16 +493,21 @@ class Session:
                     self.over_output = True
                     self.kill()
 
+    def deadline(self, seconds: float) -> tuple[float, float]:
+        """``seconds`` from now on the submission's clock (`RunClock`), and at most `WALL_FACTOR`
+        times that of wall time whatever the load."""
+        return self._clock.now() + seconds, time.monotonic() + WALL_FACTOR * seconds
+
     def send(self, request: dict[str, Any]) -> None:
         try:
             write_frame(self._requests, request)
         except (BrokenPipeError, OSError, ValueError):
             raise Died(self.why_dead()) from None
 
-    def next_event(self, deadline: float) -> dict[str, Any] | None:
-        """The worker's next reply, ``None`` at the deadline; `Died` when it has ended."""
+    def next_event(self, deadline: tuple[float, float]) -> dict[str, Any] | None:
+        """The worker's next reply, ``None`` at the `deadline`; `Died` when it has ended."""
         while True:
-            left = deadline - time.monotonic()
+            left = min(deadline[0] - self._clock.now(), deadline[1] - time.monotonic())
             if left <= 0:
                 return None
             try:

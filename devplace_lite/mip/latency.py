@@ -1,7 +1,7 @@
 """The latency integer program (inference, one sample), warm-started from every cheap split.
 
 Problem: place every node on an accelerator or on the CPU so that the single-sample latency
-of `devplace_lite.latency` is least. Each accelerator runs at most ``q`` calls (*slots*), each
+of `devplace_lite.latency_model` is least. Each accelerator runs at most ``q`` calls (*slots*), each
 a convex set of nodes, one after another; CPU work runs with unbounded parallelism; memory
 caps hold per accelerator (over all its slots); colocation classes share a device; unsupported
 nodes go to the CPU.
@@ -42,7 +42,7 @@ Example
 -------
 >>> from devplace_lite.generators import generate
 >>> from devplace_lite.devices import Cluster
->>> from devplace_lite.latency import latency_of
+>>> from devplace_lite.latency_model import latency_of
 >>> from devplace_lite.latency_search import greedy_latency
 >>> g, c = generate("series_parallel", 8, seed=2), Cluster(accelerators=2, cpus=1)
 >>> r = latency_ip(g, c, q=1, solver="highs")
@@ -62,7 +62,7 @@ import numpy as np
 from ..cost import as_assignment
 from ..devices import Cluster
 from ..graph import Graph, GraphError
-from ..latency import evaluate_latency, pieces_dict, reentry_pieces
+from ..latency_model import evaluate_latency, pieces_dict, reentry_pieces
 from ..latency_bounds import (ReadyBounds, critical_path_bound, earliest_finish, latency_caps, ready_bounds,
                               work_bound)
 from ..latency_search import Blocks, finish_share, improve, start_splits
@@ -271,7 +271,7 @@ def latency_ip(graph: Graph, cluster: Cluster, q: int = 1, *, solver: str = "sci
     Returns
     -------
     Result
-        ``objective``: `devplace_lite.latency.evaluate_latency` of the placement with the pieces
+        ``objective``: `devplace_lite.latency_model.evaluate_latency` of the placement with the pieces
         in ``extra["pieces"]``; ``bound``: the larger of the solver's and
         `devplace_lite.latency_bounds`' bounds; ``status`` ``optimal`` only when the two meet.
         ``extra["starts"]`` has the latency of every start tried, ``extra["warm_start"]`` names

@@ -233,7 +233,7 @@ def canonical_labels(data: UnitData, assignment: np.ndarray) -> np.ndarray:
 class _DeviceModel:
     """``x[u,d]`` formulation: the contiguous and non-contiguous flavours."""
 
-    def __init__(self, data: UnitData, contiguous: bool, symmetry: bool) -> None:
+    def __init__(self, data: UnitData, contiguous: bool, symmetry: bool | str) -> None:
         self.data, self.contiguous = data, contiguous
         c, U = data.cluster, data.U
         k, D = c.k, c.size
@@ -247,6 +247,9 @@ class _DeviceModel:
                 for d in range(lo, hi):
                     ub[(d - lo) > r, d] = 0.0
         self.x = m.add_vars((U, D), ub=ub, integer=True)
+        self.sums: list[tuple[list[int], int, np.ndarray]] = []  # running sums of _order_parts
+        if symmetry == "orbitope":
+            self._order_parts()
         self.T = m.add_vars(1)[0]
         m.obj[self.T] = 1.0
         producers, pairs = data.comm_pairs
@@ -288,6 +291,27 @@ class _DeviceModel:
                     if unit[a] != unit[b]:
                         m.add_row([(z[ib, d], 1.0), (x[unit[b], d], -1.0), (x[unit[a], d], 1.0)], hi=1.0)
 
+    def _order_parts(self) -> None:
+        """Parts of one device type in order of their first unit: a unit may open part ``d``
+        only if an earlier unit (unit order, among those the type may run) opened part
+        ``d - 1``. Of the ``k!`` labellings of a split exactly one, `canonical_labels`', is
+        left (the column inequalities of the partitioning orbitope, Kaibel and Pfetsch 2008),
+        so the search never meets the same split twice under another labelling. Rows stay
+        sparse through running sums ``s[i, d]`` = units among the first ``i`` on part ``d``."""
+        data, m, x = self.data, self.model, self.x
+        k, D = data.cluster.k, data.cluster.size
+        for ok, lo, hi in ((data.acc_ok, 0, k), (data.cpu_ok, k, D)):
+            L = [u for u in data.unit_order.tolist() if ok[u]]
+            if hi - lo < 2 or len(L) < 2:
+                continue
+            s = m.add_vars((len(L) + 1, hi - lo - 1))  # s[i, j]: on part lo + j among L[:i]
+            self.sums.append((L, lo, s))
+            for j in range(hi - lo - 1):
+                m.add_row([(s[0, j], 1.0)], hi=0.0)
+                for i, u in enumerate(L):
+                    m.add_row([(s[i + 1, j], 1.0), (s[i, j], -1.0), (x[u, lo + j], -1.0)], lo=0.0, hi=0.0)
+                    m.add_row([(x[u, lo + j + 1], 1.0), (s[i, j], -1.0)], hi=0.0)
+
     def decode(self, values: np.ndarray) -> np.ndarray:
         dev = np.argmax(values[self.x], axis=1)
         return dev[self.data.unit]
@@ -306,6 +330,10 @@ class _DeviceModel:
                             v[self.y[r, d]] = 1.0
         compute, comm = device_loads(g, data.cluster, assignment)
         v[self.T] = float((compute + comm).max())
+        for L, lo, s in self.sums:
+            on = dev[np.asarray(L)][:, None] == lo + np.arange(s.shape[1])[None, :]
+            v[s[1:]] = np.cumsum(on, axis=0)
+            v[s[0]] = 0.0
         if self.contiguous:
             keep = order_vertices(g)
             succ: list[list[int]] = [[] for _ in range(g.n)]
@@ -501,7 +529,7 @@ def _pick_start(data: UnitData, kind: str, warm_start, symmetry: bool, budget: f
     if best is None:
         return None
     name, a, _ = best
-    if symmetry and kind != "chain":
+    if symmetry and kind != "chain":  # the labelling the symmetry rows keep
         a = canonical_labels(data, a)
     return name, a
 
@@ -514,7 +542,8 @@ MAX_BINARIES = 20_000
 # -- the method ------------------------------------------------------------------------------------
 def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, solver: str = "scip",
                   time_limit: float | None = None, gap: float = 0.0, seed: int = 0, threads: int = 1,
-                  warm_start="auto", symmetry: bool = False, dp_cut: bool = False) -> Result:
+                  warm_start="auto", symmetry: bool | str = False, dp_cut: bool = False,
+                  bound_cut: bool = False) -> Result:
     """Minimise the largest device load over splits of ``kind`` with an integer program.
 
     Parameters
@@ -527,8 +556,13 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         gap gives status ``feasible`` with the bound.
     warm_start : ``"auto"`` (the DP when available, else baseline chain splits), a `Result`, a
         placement, or ``None``.
-    symmetry : fix the labelling of identical devices (contiguous and non-contiguous flavours;
-        default off, the solvers handle the symmetry better themselves).
+    symmetry : fix the labelling of identical devices (contiguous and non-contiguous flavours):
+        ``True`` bounds the device index of each unit by its rank (unit ``r`` may use devices
+        ``0..r``), ``"orbitope"`` also orders the parts by their first unit, which leaves one
+        labelling of each split (`_DeviceModel._order_parts`); default off.
+    bound_cut : add the row ``T >= `` the combinatorial bound of chapter 05
+        (`devplace_lite.bounds.combinatorial_bound`: valid for splits of any shape, so for every
+        flavour); the reported bound is never below it.
     dp_cut : chain flavour only: when the DP proved its split optimal within its share of the
         limit (the ``"auto"`` warm start), add the row ``T >= `` its value. The DP solves the
         same model exactly, so the row is valid and the solver's bound meets the warm start at
@@ -571,6 +605,14 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
     if start is not None:  # nothing better may put a unit where it alone takes longer than the start
         data = UnitData(graph, cluster, cap=float(evaluate(graph, cluster, start[1]).max_load))
     form = _StageModel(data) if kind == "chain" else _DeviceModel(data, kind == "contiguous", symmetry)
+    if bound_cut:
+        from ..bounds import combinatorial_bound
+
+        comb = combinatorial_bound(graph, cluster)
+        if math.isfinite(comb.bound) and comb.bound > 0:  # solver tolerance below the proven value
+            form.model.add_row([(form.T, 1.0)], lo=comb.bound * (1 - 1e-9))
+            extra["cut"] = "combinatorial"
+            extra["combinatorial_bound"] = comb.bound
     start_vec = None
     if start is not None:
         start_vec = form.encode(start[1])
@@ -608,7 +650,7 @@ def _result(method: str, data: UnitData, kind: str, form, sol: Solution, start, 
             status = "feasible" if status == "optimal" else status
     if start is not None:
         scored.append((evaluate(graph, cluster, start[1]).max_load, start[1]))
-    lower = data.lower_bound()
+    lower = max(data.lower_bound(), extra.get("combinatorial_bound", 0.0))
     bound = max(lower, sol.bound) if sol.bound is not None else lower
     if not scored:
         return Result(method, graph, cluster, None, None, "time_limit", seconds(), bound=bound, extra=extra)

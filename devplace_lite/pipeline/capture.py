@@ -57,11 +57,13 @@ Example
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import linecache
 import os
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -79,6 +81,18 @@ MAX_LEAVES = 16
 #: Host link assumed for measured CPU segments (PCIe 3.0 x16, as `devplace_lite.profile`).
 LINK_BYTES_PER_S = 16e9
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+#: Warnings that torch's own pipelining code raises on every capture (it deep-copies a pytree
+#: spec, which warns from inside torch, pointing at Python's copyreg), by their exact text.
+KNOWN_WARNINGS = ((FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),)
+
+
+@contextlib.contextmanager
+def known_warnings_filtered():
+    """Run a block with exactly the `KNOWN_WARNINGS` ignored (any other warning still shows)."""
+    with warnings.catch_warnings():
+        for category, text in KNOWN_WARNINGS:
+            warnings.filterwarnings("ignore", message=text, category=category)
+        yield
 
 
 # -- candidate split points --------------------------------------------------------------------
@@ -360,7 +374,8 @@ def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], gran
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # it logs every parameter shared by two stages at INFO
     try:
-        pipe = pipeline(copy.deepcopy(model), example, split_policy=split_policy(cands, names))
+        with known_warnings_filtered():
+            pipe = pipeline(copy.deepcopy(model), example, split_policy=split_policy(cands, names))
     finally:
         quiet.setLevel(level)
     modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
@@ -451,29 +466,79 @@ def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granular
                    wiring=None, granularity=granularity, leaf_modules=leaves)
 
 
+def without_cache(model: nn.Module) -> list[str]:
+    """Turn off the key-value cache of every Hugging Face model inside ``model``
+    (``config.use_cache = False`` where it was true) and name the modules changed.
+
+    In eval mode most decoder and encoder-decoder language models return their cache
+    (``DynamicCache``, ``EncoderDecoderCache``) beside the logits: an object torch.export cannot
+    put in a graph's output and a pipeline stage cannot send. The cache serves generation one
+    token at a time; a pipeline step (training, or one forward pass of inference) computes the
+    same logits without it, so the plan is that of the model as it trains.
+
+    Examples
+    --------
+    >>> class Config:
+    ...     use_cache = True
+    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    >>> net.config = Config()
+    >>> without_cache(net), net.config.use_cache
+    (['Sequential'], False)
+    """
+    changed = []
+    for name, m in model.named_modules():
+        cfg = getattr(m, "config", None)
+        if getattr(cfg, "use_cache", None) is True:
+            cfg.use_cache = False
+            changed.append(name or type(model).__name__)
+    return changed
+
+
 def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block") -> Capture:
     """Capture ``model`` on the example micro-batch ``example`` (a tuple of tensors).
 
     Tries torch.export, then torch.fx with automatic leaf modules; the second route's reasons
-    are in ``notes``. Raises `GraphError` (one line naming the module and line) when both fail.
+    are in ``notes``. A Hugging Face model's key-value cache is turned off first
+    (`without_cache`, said in ``notes``). Raises `GraphError` when both routes fail: one line
+    with export's reason first (naming the line of the model), then the fallback's.
     """
     example = tuple(example)
     if not example or not all(isinstance(t, torch.Tensor) for t in example):
         raise UsageError("example inputs must be a non-empty tuple of tensors")
+    changed = without_cache(model)
+    first = [f"use_cache turned off in the config of {', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}: "
+             "a pipeline stage sends tensors, not a key-value cache"] if changed else []
     try:
         order, count = module_calls(model, example)
     except Exception as e:  # noqa: BLE001 - the user's model failed on its own input
+        from ..zoo.external import torchvision_mismatch
+
         raise GraphError(f"model {type(model).__name__} fails on its example inputs at "
-                         f"{_where(_user_frame(e)) or 'an unknown line'}: {_reason(e)}") from None
+                         f"{_where(_user_frame(e)) or 'an unknown line'}: "
+                         f"{torchvision_mismatch(e) or _reason(e)}") from None
     cands = candidates(model, order, count, granularity)
     try:
-        return _capture_export(model, example, cands, granularity)
+        cap = _capture_export(model, example, cands, granularity)
     except Exception as e:  # noqa: BLE001 - export raises many kinds; we fall back and say why
         where = _where(_user_frame(e))
-        note = (f"torch.export fails{' at ' + where if where else ''} ({_reason(e.__cause__ or e)}); "
-                "fallback: torch.fx")
-    notes = [note]
-    cap = _capture_fx(model, example, cands, granularity, notes)
+        why = f"torch.export fails{' at ' + where if where else ''} ({_reason(e.__cause__ or e)})"
+    else:
+        try:  # torch's stage modules can fail where the model runs (pytorch/pytorch#184361: rotary embeddings)
+            for _ in _run_in_order(cap, example):
+                pass
+            cap.notes = first
+            return cap
+        except Exception as e:  # noqa: BLE001 - a stage module torch built does not run: the fx route may
+            why = f"the stages torch.export gives fail to run ({_reason(e)})"
+            if "Expected positional argument" in why:
+                why += (" - torch's pipelining outlines some modules wrongly, rotary embeddings of Llama-style "
+                        "models among them: pytorch/pytorch#184361")
+    notes = first + [f"{why}; fallback: torch.fx"]
+    try:
+        cap = _capture_fx(model, example, cands, granularity, notes)
+    except GraphError as e:  # both failed: export's reason says what to change, so it comes first
+        fx_why = str(e).removeprefix(f"cannot capture {type(model).__name__}: ")
+        raise GraphError(f"cannot capture {type(model).__name__}: {why}; the torch.fx fallback: {fx_why}") from None
     cap.notes = notes
     return cap
 

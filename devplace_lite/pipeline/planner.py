@@ -503,7 +503,9 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         raise UsageError("example inputs must be tensors with a batch dimension")
     batch = int(inputs[0].shape[0])
     if batch % microbatches:
-        raise UsageError(f"a batch of {batch} does not split into {microbatches} equal micro-batches")
+        raise UsageError(f"a batch of {batch} does not split into {microbatches} equal micro-batches: give a "
+                         f"micro-batch count (--microbatches) that divides {batch}, or a batch (--batch) that is a "
+                         f"multiple of {microbatches}")
     graph, cap, seconds = _profile(model, inputs, microbatches, training, granularity, repeats, warmup, model_spec,
                                    device)
     p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,

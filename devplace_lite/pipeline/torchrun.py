@@ -205,7 +205,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     from ..schedule_sim import SCHEDULES
 
     from ..zoo import load
-    from .capture import split_policy
+    from .capture import known_warnings_filtered, split_policy, without_cache
 
     args = _args(argv)
     plan_path = Path(plan_path)
@@ -229,6 +229,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
                              f"(--nproc-per-node x --nnodes must be {ranks})")
         mine = [s for s in range(n_stages) if s2r[s] == rank]
         model, inputs = load(plan["model"], batch=plan["batch"], seed=plan["seed"])
+        without_cache(model)  # as the capture did: a stage sends tensors, not a key-value cache
         m = plan["microbatches"]
         micro = tuple(t[: plan["microbatch"]] for t in inputs)
         points = list(split_spec) if split_spec is not None else list(plan["split_points"])
@@ -237,7 +238,8 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             stages = [_fx_stage(model, micro, points, s, n_stages, device, training) for s in mine]
             order = list(range(len(micro)))
         else:
-            pipe = pipeline(copy.deepcopy(model), micro, split_policy=split_policy(points))
+            with known_warnings_filtered():
+                pipe = pipeline(copy.deepcopy(model), micro, split_policy=split_policy(points))
             if pipe.num_stages != n_stages:
                 raise GraphError(f"the split points give {pipe.num_stages} stages, not {n_stages}")
             stages, order = [pipe.build_stage(s, device) for s in mine], first_stage_inputs(pipe)
@@ -249,12 +251,12 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         target = None
         if training:
             with torch.no_grad():
-                shape = model(*inputs).shape
+                shape = head(model(*inputs)).shape
             target = torch.randn(shape, generator=torch.Generator().manual_seed(plan["seed"] + 1)).to(device)
         spec = SCHEDULES[plan["schedule"]]
         sched_cls = getattr(tp, spec.torch_class)
         one = spec.fixed and spec.per_rank == 1
-        sched = sched_cls(stages[0] if one else stages, m, loss_fn=F.mse_loss if training else None)
+        sched = sched_cls(stages[0] if one else stages, m, loss_fn=(lambda out, y: F.mse_loss(head(out), y)) if training else None)
         named = dict(model.named_parameters(remove_duplicate=False))
         aliases = {t["parameter"]: [n for n, p in named.items() if p is named[t["parameter"]]] for t in plan["tied"]}
         # a replicated weight: copies on this rank are summed here, across ranks by an all-reduce
@@ -320,10 +322,53 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         tmp = folder / f".rank{rank}.tmp"
         tmp.write_text(json.dumps(rec))
         os.replace(tmp, folder / f"rank{rank}.json")
-        dist.barrier()
+        every: list[Any] = [None] * world
+        dist.all_gather_object(every, {"steps": steps, "loss": rec["loss"]})
+        if rank == 0:
+            print(summary(plan, every, folder), flush=True)
     finally:
         dist.destroy_process_group()
     return 0
+
+
+def head(out: Any) -> Any:
+    """The tensor a step's loss reads: the output itself, else the first floating-point tensor in
+    it (the logits of a Hugging Face ``ModelOutput``, the first of a tuple)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    if isinstance(out, torch.Tensor):
+        return out
+    leaves = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not leaves:
+        raise GraphError(f"the model's output ({type(out).__name__}) holds no floating-point tensor to train on")
+    return leaves[0]
+
+
+def summary(plan: dict, ranks: Sequence[dict], folder: Path) -> str:
+    """What a run printed at its end (rank 0): the step's wall time (first start to last end over
+    the ranks, median over the measured steps) beside the plan's forecast, the loss, and where
+    each rank's JSON went.
+
+    >>> plan = {"stages": 2, "schedule": "1f1b", "microbatches": 4, "microbatch": 2, "training": True,
+    ...         "forecast": {"step_ms": 9.5}}
+    >>> ranks = [{"steps": [[0.0, 0.010], [1.0, 1.012]], "loss": None}, {"steps": [[0.001, 0.011], [1.0, 1.013]],
+    ...          "loss": 0.5}]
+    >>> print(summary(plan, ranks, Path("plan/run")))
+    run_pipeline: 2 stages, 1f1b, 4 micro-batches of 2: step 12.0 ms wall (median of 2; plan's forecast 9.5 ms CPU), loss 0.5; per-rank JSON in plan/run/rank0.json .. rank1.json
+    """
+    n = min(len(r["steps"]) for r in ranks)
+    steps = [1e3 * (max(r["steps"][i][1] for r in ranks) - min(r["steps"][i][0] for r in ranks)) for i in range(n)]
+    loss = next((r["loss"] for r in ranks if r["loss"] is not None), None)
+    said = f"loss {loss:.4g}" if loss is not None else ("no loss" if plan["training"] else "inference, no loss")
+    fc = plan.get("forecast", {}).get("step_ms")
+    forecast = f"; plan's forecast {fc:.1f} ms CPU" if fc is not None else ""
+    rel = os.path.relpath(folder)
+    where = Path(folder if rel.startswith("..") else rel)
+    files = f"{where / 'rank0.json'}" + (f" .. rank{len(ranks) - 1}.json" if len(ranks) > 1 else "")
+    return (f"run_pipeline: {plan['stages']} stages, {plan['schedule']}, {plan['microbatches']} micro-batches of "
+            f"{plan['microbatch']}: step {statistics.median(steps):.1f} ms wall (median of {n}{forecast}), {said}; "
+            f"per-rank JSON in {files}")
 
 
 def _fx_stage(model: Any, micro: tuple, points: Sequence[str], index: int, count: int, device: Any,
@@ -386,12 +431,12 @@ def _check(model: Any, inputs: tuple, target: Any, training: bool, stage_modules
     ref_model = model
     ref_model.zero_grad(set_to_none=True)
     with torch.set_grad_enabled(training):
-        ref = ref_model(*inputs)
+        ref = head(ref_model(*inputs))
         if training:
             F.mse_loss(ref, target.cpu()).backward()
     res: dict[str, Any] = {}
     if out is not None:
-        o = out.detach().cpu()
+        o = head(out).detach().cpu()
         res["outputs_allclose"] = bool(torch.allclose(o, ref.detach(), rtol=1e-4, atol=1e-5))
         res["max_output_diff"] = float((o - ref.detach()).abs().max())
     if training:

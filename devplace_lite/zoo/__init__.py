@@ -131,8 +131,18 @@ def load(spec: str, *, size: str = "tiny", batch: int = 4, seed: int = 0) -> tup
     module, _, name = spec.partition(":")
     if not module or not name:
         raise UsageError(f"model spec {spec}: expected module:function")
+    import os
+
+    # the current folder is importable, as with `python -m`: mynet:build finds ./mynet.py
+    if os.getcwd() not in [os.path.abspath(p or ".") for p in sys.path]:
+        sys.path.insert(0, os.getcwd())
+    from .external import torchvision_tolerated
+
     try:
-        mod = importlib.import_module(module)
+        with torchvision_tolerated(spec):
+            mod = importlib.import_module(module)
+    except UsageError:
+        raise
     except Exception as e:  # noqa: BLE001 - any failure to import the user's module is one line
         raise UsageError(f"model spec {spec}: cannot import {module} ({type(e).__name__}: {e})".splitlines()[0]) from None
     fn = getattr(mod, name, None)
@@ -150,8 +160,10 @@ def load(spec: str, *, size: str = "tiny", batch: int = 4, seed: int = 0) -> tup
     kwargs = {k: v for k, v in (("batch", batch), ("seed", seed)) if k in params}
     try:
         # what the builder prints is not the command's answer: stdout carries --json
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), torchvision_tolerated(spec):
             got = fn(**kwargs)
+    except UsageError:
+        raise
     except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's function failed or exited: one line
         raise UsageError(f"model spec {spec}: {module}.{name}() failed ({type(e).__name__}: {e})".splitlines()[0]) from None
     import torch

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -38,6 +39,11 @@ MODELS = {
     "convnext_tiny": "torchvision", "efficientnet_b0": "timm",
     "bert": "Hugging Face encoder", "gpt2": "Hugging Face decoder", "t5": "Hugging Face encoder-decoder",
 }
+
+
+#: The start of tqdm's warning when tqdm.auto is imported in Jupyter without ipywidgets: its
+#: text progress bar works there, and no progress bar of an import is shown anyway.
+TQDM_NO_WIDGETS = r"IProgress not found"
 
 
 @contextlib.contextmanager
@@ -72,9 +78,51 @@ def import_torchvision():
         return _require("torchvision")
 
 
+#: What to do when torchvision's compiled operators do not load beside this torch.
+TORCHVISION_FIX = ("pip install --force-reinstall --no-deps torchvision=={tv}+cpu "
+                   "--index-url https://download.pytorch.org/whl/cpu")
+
+
+def torchvision_mismatch(err: BaseException) -> str | None:
+    """The one-line explanation and fix when ``err`` is torchvision's compiled operators failing
+    to load (``operator torchvision::nms does not exist``: a CUDA-built torchvision beside a CPU
+    torch), else ``None``."""
+    text = f"{err} {err.__cause__ or ''} {err.__context__ or ''}"
+    if not ("torchvision::" in text and "does not exist" in text) and "Couldn't load custom C++ ops" not in text:
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        tv = version("torchvision").split("+")[0]
+    except PackageNotFoundError:  # pragma: no cover - the message came from torchvision
+        tv = "<the version matching your torch>"
+    return (f"torchvision {tv} here is built for CUDA torch and its compiled operators (nms, roi_align) do not "
+            f"load beside torch {torch.__version__}; the models of torchvision.models need none of them, but "
+            f"torchvision.ops does: install the CPU build, {TORCHVISION_FIX.format(tv=tv)}")
+
+
+@contextlib.contextmanager
+def torchvision_tolerated(spec: str):
+    """Import and build a user's model (``spec``) so that its ``import torchvision`` works beside
+    a CPU torch (`import_torchvision`'s tolerance, also for packages that import torchvision, as
+    transformers does); a use of the operators that did not load is one `UsageError` that says
+    why and how to install the matching build."""
+    try:
+        with _tolerate_missing_torchvision_ops(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=TQDM_NO_WIDGETS)
+            yield
+    except Exception as e:  # noqa: BLE001 - only the torchvision mismatch is translated
+        why = torchvision_mismatch(e)
+        if why is None:
+            raise
+        raise UsageError(f"model spec {spec}: {why}") from None
+
+
 def _require(name: str):
     try:
-        return importlib.import_module(name)
+        with warnings.catch_warnings():  # tqdm.auto, imported by transformers, in a notebook without ipywidgets
+            warnings.filterwarnings("ignore", message=TQDM_NO_WIDGETS)
+            return importlib.import_module(name)
     except ImportError as e:
         raise UsageError(f"model needs the package {name} ({e}); install the extra: pip install "
                          f"'devplace_lite[models]'") from None
@@ -164,7 +212,7 @@ def bert(batch: int = 8, seed: int = 0):
 def gpt2(batch: int = 8, seed: int = 0):
     """Hugging Face GPT-2 with its LM head (tied to the token embedding): 4 layers, width 128, 32 tokens."""
     return _hf("GPT2Config", "GPT2LMHeadModel", ("input_ids",), batch, 32, seed, vocab_size=2000, n_embd=128,
-               n_layer=4, n_head=4, n_positions=64)
+               n_layer=4, n_head=4, n_positions=64, bos_token_id=1999, eos_token_id=1999)  # in the vocabulary
 
 
 def t5(batch: int = 8, seed: int = 0):

@@ -1,0 +1,19 @@
+"""``devplace latency GRAPH --method M``: minimise single-sample latency (inference), certified by the library's
+front door (`devplace_lite.solve`); the options and the answer are `devplace_lite.commands._solve`'s."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import methods
+from . import _solve
+
+HELP = "minimise single-sample latency (inference)"
+
+
+def add_arguments(s: argparse.ArgumentParser) -> None:
+    _solve.add_arguments(s, methods.LATENCY)
+
+
+def run(args: argparse.Namespace) -> int:
+    return _solve.answer(methods.LATENCY, args)

@@ -1,0 +1,239 @@
+"""One front door to every registered method: a whole-call time budget, the method, the
+certificate behind its answer and the status that certificate supports.
+
+The problem. A method of `devplace_lite.methods` answers with a placement, its objective and
+what the method itself proved. A caller wants more, and the same whoever it is (the library's
+`partition`, `latency` and `bound`, the ``devplace`` command line, the pipeline planner, the
+chapters): the answer within a wall-time budget that covers everything the call does, a proven
+lower bound behind every answer (a heuristic's included) and a status the bound supports.
+
+* `partition` / `latency`: run the method with what the budget leaves less the certificate's
+  share (at most `BOUND_SHARE` of it, at most ``bound_time``), then raise the answer's bound with
+  the bound family its registry entry names (``Method.certificate``) for what is left, at most
+  ``bound_time`` seconds;
+* `bound`: run a bound method of `methods.BOUND` within the budget, keeping what its finished
+  steps proved when the budget runs out midway;
+* `settle`: a certified gap of zero (within `GAP_TOL`) is ``optimal``, for every method.
+
+Exactness: ``optimal`` is said only when a proven lower bound meets the objective. The bound is
+on the optimum of the splits the method searches (``Method.split``): the chain optimum for
+pipeline methods, the optimum over every placement otherwise (which also bounds the contiguous
+optimum; a chain bound would not: a contiguous split can beat every chain); for latency, the
+latency bounds of `devplace_lite.latency_bounds` (valid for the answer's ``q`` calls per
+accelerator).
+
+Cost: the method's own, plus at most ``bound_time`` seconds of certificate; with a time limit the
+whole call ends within it (a step that outlasts it on a huge graph is stopped from outside, in the
+main thread, by an interval timer).
+
+Example
+-------
+>>> from devplace_lite.generators import layered
+>>> from devplace_lite.devices import Cluster
+>>> g = layered(12, seed=3)
+>>> r = partition(g, Cluster(accelerators=3), "greedy")
+>>> r.bound is not None and r.bound <= r.objective, r.extra["bound_kind"]
+(True, 'chain')
+>>> partition(g, Cluster(accelerators=3), "greedy", certify=False).bound is None
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from . import methods
+from .devices import Cluster
+from .graph import Graph
+from .result import Result
+
+#: Default seconds of the certifying bound.
+BOUND_TIME = 5.0
+#: The share of what is left of the time limit kept for the certifying bound, at most.
+BOUND_SHARE = 0.2
+#: The share of the time limit (at most one second) kept for the answer and the caller's exit.
+EXIT_SHARE = 0.1
+#: Seconds a method gets at least, however little of the time limit is left.
+MIN_SLICE = 0.01
+#: Seconds past its own limit after which a certifying bound is stopped from outside.
+OVERTIME_GRACE = 0.5
+#: Seconds of a bound's limit that its method does not get, so that it stops by itself (a HiGHS
+#: child is killed `devplace_lite.mip.solve.KILL_GRACE` past its limit) before the call stops it.
+STOP_GRACE = 1.0
+#: Relative gap under which a certified answer is ``optimal`` (the order of a float sum's error).
+GAP_TOL = 1e-9
+
+
+@dataclass
+class Budget:
+    """The wall time of one whole call: ``limit`` seconds from ``started`` (`time.monotonic`)."""
+
+    limit: float | None
+    started: float = field(default_factory=time.monotonic)
+
+    def left(self) -> float | None:
+        """Seconds left (None: no limit), less `EXIT_SHARE` of the limit (at most a second) kept
+        for the answer; never below `MIN_SLICE`."""
+        if self.limit is None:
+            return None
+        keep = min(EXIT_SHARE * self.limit, 1.0)
+        return max(self.limit - keep - (time.monotonic() - self.started), MIN_SLICE)
+
+
+class Overtime(BaseException):
+    """A step ran past its seconds (a BaseException: library code does not swallow it)."""
+
+
+@contextlib.contextmanager
+def overtime_after(seconds: float | None) -> Iterator[None]:
+    """Raise `Overtime` in the block once ``seconds`` of wall time pass (None: never). Acts in
+    the main thread where the platform has interval timers; elsewhere the block runs to its end."""
+    if seconds is None or threading.current_thread() is not threading.main_thread() \
+            or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def overtime(signum, frame):
+        raise Overtime()
+
+    old = signal.signal(signal.SIGALRM, overtime)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# -- throughput and latency -------------------------------------------------------------------
+def partition(graph: Graph, cluster: Cluster, method: str, *, time_limit: float | None = None,
+              bound_time: float = BOUND_TIME, certify: bool = True, seed: int = 0,
+              started: float | None = None) -> Result:
+    """A method of `methods.PARTITION` (minimise the largest device load), certified.
+
+    Parameters
+    ----------
+    graph, cluster : the instance.
+    method : a name of `methods.PARTITION`.
+    time_limit : wall seconds for the whole call (method and certificate), counted from
+        ``started`` (a `time.monotonic` value; default: now); None: no limit.
+    bound_time : seconds at most for the certifying bound (0: none).
+    certify : False gives the method's raw answer (no certificate, status as the method said).
+    seed : for randomised methods.
+
+    Returns
+    -------
+    Result, with ``bound`` raised to the certificate and ``status`` settled (`settle`);
+    ``extra["bound_kind"]`` names the bound family, ``extra["bound_method"]`` the bound that won.
+
+    Raises
+    ------
+    UsageError for an unknown method; the method's own errors (GraphError, LimitError, ...).
+    """
+    return _run(methods.PARTITION, "method", graph, cluster, method, time_limit, bound_time, certify, seed, started)
+
+
+def latency(graph: Graph, cluster: Cluster, method: str, *, time_limit: float | None = None,
+            bound_time: float = BOUND_TIME, certify: bool = True, seed: int = 0,
+            started: float | None = None) -> Result:
+    """A method of `methods.LATENCY` (one sample's finish time, inference), certified by the
+    latency bounds; parameters, returns and errors as for `partition`."""
+    return _run(methods.LATENCY, "latency method", graph, cluster, method, time_limit, bound_time, certify, seed,
+                started)
+
+
+def _run(registry: dict[str, methods.Method], what: str, graph: Graph, cluster: Cluster, method: str,
+         time_limit: float | None, bound_time: float, certify: bool, seed: int, started: float | None) -> Result:
+    entry = methods.entry(registry, method, what)
+    budget = Budget(time_limit, time.monotonic() if started is None else started)
+    bound_time = bound_time if certify else 0.0
+    left = budget.left()
+    reserve = min(bound_time, BOUND_SHARE * left) if left is not None else 0.0
+    res = entry.load()(graph, cluster, time_limit=None if left is None else max(left - reserve, MIN_SLICE), seed=seed)
+    left = budget.left()
+    seconds = bound_time if left is None else min(bound_time, left - MIN_SLICE)
+    if certify and _needs_bound(res, seconds):
+        _raise_bound(res, entry, seconds)
+    return settle(res)
+
+
+def settle(res: Result) -> Result:
+    """``res`` with status ``optimal`` when its proven bound meets its objective within
+    `GAP_TOL` (relative): a proof of optimality whichever method found the answer."""
+    if res.status in ("feasible", "time_limit") and res.assignment is not None and res.gap is not None \
+            and res.gap <= GAP_TOL:
+        res.status = "optimal"
+    return res
+
+
+def _needs_bound(res: Result, seconds: float) -> bool:
+    """Skipped when the method proved optimality itself (no solver runs twice), found no
+    feasible placement (an infeasible split's load bounds nothing) or no time is left."""
+    return res.status in ("feasible", "time_limit") and res.assignment is not None and seconds > 0
+
+
+def _raise_bound(res: Result, entry: methods.Method, seconds: float) -> None:
+    """Run the entry's certificate for at most ``seconds`` and raise ``res.bound`` to it;
+    stopped midway, keep the last bound it reported."""
+    cert = methods.BOUND_FAMILIES[entry.certificate]
+    res.extra["bound_kind"] = entry.certificate
+    proven: list = []
+    kwargs = cert.kwargs(res)
+    try:
+        with overtime_after(seconds + OVERTIME_GRACE):
+            b = cert.method.load()(res.graph, res.cluster, time_limit=seconds, upper=res.objective,
+                                   on_progress=proven.append, **kwargs)
+    except Overtime:  # building a bound's model can outlast its limit on huge graphs: keep what it proved
+        res.extra["bound_skipped"] = f"the certifying bound was stopped after {seconds:.3g} s"
+        if not proven:
+            return
+        b = proven[-1]
+    if math.isfinite(b.bound) and (res.bound is None or b.bound > res.bound):
+        res.bound = b.bound
+        res.extra["bound_method"] = b.method
+
+
+# -- bounds -------------------------------------------------------------------------------------
+def bound(graph: Graph, cluster: Cluster, method: str = "best", *, time_limit: float | None = None,
+          started: float | None = None):
+    """A method of `methods.BOUND`: a proven lower bound on the optimal largest device load.
+
+    Parameters
+    ----------
+    graph, cluster : the instance.
+    method : a name of `methods.BOUND`.
+    time_limit : wall seconds for the whole call from ``started`` (default: now); the method gets
+        it less `STOP_GRACE` (at most half of it), and a method still running at the limit is
+        stopped: the answer is then the last bound its finished steps proved, or the node bound.
+        None: the method's own default.
+
+    Returns
+    -------
+    `devplace_lite.bounds.bound.Bound`
+
+    Raises
+    ------
+    UsageError for an unknown method; LimitError when the graph is too large for it.
+    """
+    entry = methods.entry(methods.BOUND, method, "bound method")
+    left = Budget(time_limit, time.monotonic() if started is None else started).left()
+    proven: list = []
+    try:
+        limit = None if left is None else max(left - min(STOP_GRACE, 0.5 * left), MIN_SLICE)
+        with overtime_after(left):
+            return entry.load()(graph, cluster, time_limit=limit, on_progress=proven.append)
+    except Overtime:  # its models outlasted the limit on a huge graph: what it proved, else the
+        from .bounds.combinatorial import node_bound  # bound every placement obeys
+
+        b = proven[-1] if proven else node_bound(graph, cluster)
+        b.status = "time_limit" if b.status == "trivial" else b.status
+        b.extra["stopped"] = (f"{method} was stopped at the time limit: "
+                              + ("the bound is what its finished steps proved" if proven else "it proved no bound"))
+        return b
+

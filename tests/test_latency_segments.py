@@ -1,0 +1,224 @@
+"""The segment bound (`devplace_lite.latency_segments`) against the exhaustive searches written
+for the tests (`latency_brute`) and the library's (`exhaustive_latency`, more calls per
+accelerator), on tiny random graphs and on chains of small blocks like the published ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from latency_brute import brute_latency, instances
+
+from devplace_lite.devices import Cluster
+from devplace_lite.graph import Graph, Node
+from devplace_lite.latency_model import exhaustive_latency
+from devplace_lite.latency_bounds import critical_path_bound, latency_bound, work_bound
+from devplace_lite.cost import violations
+from devplace_lite.latency_model import call_latency
+from devplace_lite.latency_segments import articulation_split, articulation_units, best_latency_bound, segment_bound
+
+
+@st.composite
+def blocks(draw, max_nodes: int = 7):
+    """A stem node, then blocks (one node, or a fork into two or three short branches that
+    join), sometimes a second source or sink: graphs with articulation nodes and without."""
+    nodes, edges = [], []
+
+    def node():
+        i = len(nodes)
+        supported = draw(st.sampled_from([True, True, True, True, False]))
+        p_cpu = draw(st.sampled_from([None, 0.0, 1.0, 3.0, 6.0, 12.0])) if supported else \
+            draw(st.sampled_from([0.0, 2.0, 7.0]))
+        nodes.append(Node(f"v{i}", p_acc=draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 4.0])), p_cpu=p_cpu,
+                          comm=draw(st.sampled_from([0.0, 0.25, 1.0, 3.0])),
+                          memory=float(draw(st.integers(0, 4))), supported=supported))
+        return f"v{i}"
+
+    last = node()
+    while len(nodes) < max_nodes:
+        room = max_nodes - len(nodes)
+        if room >= 3 and draw(st.booleans()):
+            ends = []
+            for _ in range(draw(st.integers(2, 3))):
+                if len(nodes) >= max_nodes - 1:
+                    break
+                prev = last
+                for _ in range(draw(st.integers(1, 2))):
+                    if len(nodes) >= max_nodes - 1:
+                        break
+                    x = node()
+                    edges.append((prev, x))
+                    prev = x
+                ends.append(prev)
+            join = node()
+            edges += [(e, join) for e in ends]
+            if draw(st.booleans()):
+                edges.append((last, join))  # a skip connection around the block
+            last = join
+        else:
+            x = node()
+            edges.append((last, x))
+            last = x
+        if draw(st.integers(0, 3)) == 0:
+            break
+    edges = list(dict.fromkeys(edges))
+    k = draw(st.integers(0, 2))
+    cpus = 1 if k == 0 else draw(st.integers(0, 1))
+    memory = draw(st.sampled_from([math.inf, 3.0, 4.0, 5.0, 7.0]))
+    return Graph(nodes, edges), Cluster(accelerators=k, cpus=cpus, memory=memory)
+
+
+def _check(g, c, truth):
+    b = segment_bound(g, c)
+    assert b is not None
+    assert b <= truth + 1e-9, (b, truth)
+    if math.isinf(b):  # a node that may run nowhere: nothing is feasible
+        assert math.isinf(truth)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_segment_bound_never_exceeds_the_exhaustive_optimum(inst):
+    g, c = inst
+    _check(g, c, brute_latency(g, c))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks(max_nodes=6))
+def test_segment_bound_never_exceeds_the_optimum_on_chains_of_blocks(inst):
+    g, c = inst
+    _check(g, c, brute_latency(g, c))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks(max_nodes=5))
+def test_segment_bound_holds_with_two_calls_per_accelerator(inst):
+    g, c = inst
+    r = exhaustive_latency(g, c, q=2)
+    _check(g, c, math.inf if r.objective is None else r.objective)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 5), st.data())
+def test_segment_bound_is_exact_on_a_chain_with_a_call_per_node_to_spare(n, data):
+    """A chain with as many accelerators as nodes and memory in whole quarters of the cap:
+    every node is an articulation node, nothing the bound relaxes can bind, so it is the optimum."""
+    draw = data.draw
+    nodes = [Node(f"v{i}", p_acc=draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])),
+                  p_cpu=draw(st.sampled_from([None, 1.0, 3.0, 8.0])), comm=draw(st.sampled_from([0.0, 0.5, 2.0])),
+                  memory=float(draw(st.integers(0, 4)))) for i in range(n)]
+    g = Graph(nodes, [(f"v{i}", f"v{i + 1}") for i in range(n - 1)])
+    c = Cluster(accelerators=n, cpus=1, memory=4.0)
+    assert segment_bound(g, c) == pytest.approx(brute_latency(g, c))
+
+
+def _block():
+    """x -> s -> {a, b} -> t -> y, memory for two of a, b, t per accelerator: the best split cuts
+    the block and pays both branches' transfers, which no single path sees."""
+    spec = [("x", 2.0, 8.0, 2.0, 0.0), ("s", 0.5, 4.0, 0.5, 0.0), ("a", 0.5, 20.0, 2.0, 2.0),
+            ("b", 1.0, 8.0, 3.0, 2.0), ("t", 1.0, 8.0, 2.0, 2.0), ("y", 0.5, 20.0, 2.0, 0.0)]
+    g = Graph([Node(v, p_acc=pa, p_cpu=pc, comm=cm, memory=m) for v, pa, pc, cm, m in spec],
+              [("x", "s"), ("s", "a"), ("s", "b"), ("a", "t"), ("b", "t"), ("t", "y")])
+    return g, Cluster(3, 1, memory=4.0)
+
+
+def test_segment_bound_sees_a_cut_through_a_whole_block():
+    g, c = _block()
+    truth = brute_latency(g, c)
+    assert segment_bound(g, c) == pytest.approx(truth)
+    assert latency_bound(g, c)[0] < truth - 1  # the path and interval programs miss it
+
+
+def test_best_latency_bound_reports_each_step_and_stops_when_tight():
+    g, c = _block()
+    seen = []
+    b = best_latency_bound(g, c, time_limit=30, on_progress=seen.append)
+    assert b.method == "segments" and b.status == "time_limit" and b.kind == "any"
+    assert [x.bound for x in seen] == sorted(x.bound for x in seen) and seen[-1].bound == b.bound
+    assert b.bound == pytest.approx(brute_latency(g, c))
+    assert set(b.extra["components"]) == {"critical-path", "path", "segments"}
+    tight = best_latency_bound(g, c, upper=b.bound)
+    assert tight.status == "optimal" and tight.extra["tight"]
+    # an upper bound the path program already meets: the segment step never runs
+    low = best_latency_bound(g, c, upper=latency_bound(g, c)[0])
+    assert low.status == "optimal" and "segments" not in low.extra["components"]
+
+
+def test_best_latency_bound_keeps_the_finished_steps_when_time_is_up():
+    g, c = _block()
+    b = best_latency_bound(g, c, time_limit=0.0)
+    assert b.method in ("critical-path", "work") and b.status == "time_limit"
+    assert b.bound == pytest.approx(max(critical_path_bound(g, c), work_bound(g, c)))
+
+
+def test_best_latency_bound_says_infeasible_when_a_node_may_run_nowhere():
+    g = Graph([Node("a", p_acc=1.0, p_cpu=None, memory=5.0), Node("b", p_acc=1.0, p_cpu=2.0)], [("a", "b")])
+    b = best_latency_bound(g, Cluster(2, 1, memory=4.0))  # a fits no accelerator and has no CPU time
+    assert b.status == "infeasible" and math.isinf(b.bound)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks(max_nodes=6))
+def test_best_latency_bound_never_exceeds_the_exhaustive_optimum(inst):
+    g, c = inst
+    truth = brute_latency(g, c)
+    b = best_latency_bound(g, c, upper=truth if math.isfinite(truth) else None)
+    assert b.bound <= truth + 1e-9
+    assert (b.status == "optimal") == (math.isfinite(truth) and b.bound >= truth * (1 - 1e-9))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks(max_nodes=6))
+def test_articulation_split_is_a_feasible_split_never_below_the_optimum(inst):
+    """The start the latency search cuts along the articulation chain: a split of the model
+    (no violation, finite latency) whenever it returns one, so never below the optimum, and the
+    places it cuts are in topological order."""
+    g, c = inst
+    place = articulation_units(g, c)
+    assert all(place[u] <= place[w] for u, w in zip(g.src.tolist(), g.dst.tolist()))
+    a = articulation_split(g, c)
+    if a is None:
+        return
+    assert not violations(g, c, a)
+    val = call_latency(g, c, a)
+    assert math.isfinite(val) and val >= brute_latency(g, c) - 1e-9
+
+
+def test_articulation_split_cuts_a_chain_of_blocks_where_one_tensor_crosses():
+    """Two residual blocks, one per accelerator's memory: the cut falls between them, where the
+    block output alone crosses, not inside a block where two tensors would."""
+    spec = [("s", 4.0), ("a", 1.0), ("t", 4.0), ("b", 1.0), ("u", 4.0)]
+    nodes = [Node(v, p_acc=1.0, p_cpu=None, comm=cm, memory=2.0) for v, cm in spec]
+    g = Graph(nodes, [("s", "a"), ("a", "t"), ("s", "t"), ("t", "b"), ("b", "u"), ("t", "u")])
+    c = Cluster(2, 0, memory=6.0)
+    a = articulation_split(g, c)
+    assert a is not None and a[0] == a[1] == a[2] != a[3] == a[4]
+    assert call_latency(g, c, a) == pytest.approx(brute_latency(g, c))
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import devplace_lite.latency_segments as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_segment_bound_and_the_articulation_start_refuse_graphs_past_the_table_limit(monkeypatch):
+    """Both keep an n x n reachability table: past `REACH_NODES` they refuse before allocating it,
+    and the latency search's starts go on without the articulation ones."""
+    from devplace_lite import latency_model
+    from devplace_lite.errors import LimitError
+    from devplace_lite.latency_search import start_splits
+
+    g, c = _block()
+    monkeypatch.setattr(latency_model, "REACH_NODES", 4)
+    with pytest.raises(LimitError):
+        segment_bound(g, c)
+    with pytest.raises(LimitError):
+        articulation_units(g, c)
+    names = [name for name, _, _ in start_splits(g, c)]
+    assert names and not any(name.startswith("articulation") for name in names)
