@@ -425,7 +425,7 @@ class _Table:
         size = int(row[-1] + lens[-1] + 1)
         if size >= 2**31:
             raise LimitError(f"graph {ideals.units.graph.name}: {N:,} ideals pass the DP's table "
-                             f"(2^31 words); use a method that needs no ideals ({SCALABLE_METHODS})")
+                             f"(2^31 words); use a method that needs no ideals ({scalable()})")
         mx = np.full(size, _SENTINEL, dtype=np.int64)
         mx[row - 2] = np.arange(N)
         mx[row - 1] = 0  # the work, 0.0 as float64 bits, filled in by the kernel
