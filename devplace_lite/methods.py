@@ -175,15 +175,15 @@ class Family:
     """A bound family that certifies answers: its bound method and the keywords an answer adds."""
 
     method: Method
-    kwargs: Callable[[Any], dict[str, Any]]
+    kwargs: Callable[[dict[str, Any]], dict[str, Any]]  # from the answer's ``extra``
 
 
 #: The certificates of `Method.certificate`: a throughput answer is certified by the best bound on
 #: the optimum of its split kind, a latency answer by the latency bounds for its ``q`` calls.
 BOUND_FAMILIES: dict[str, Family] = {
-    "chain": Family(BOUND["best"], lambda res: {"kind": "chain"}),
-    "any": Family(BOUND["best"], lambda res: {"kind": "any"}),
-    "latency": Family(LATENCY_BOUND["best"], lambda res: {"q": int(res.extra.get("q", 1))}),
+    "chain": Family(BOUND["best"], lambda extra: {"kind": "chain"}),
+    "any": Family(BOUND["best"], lambda extra: {"kind": "any"}),
+    "latency": Family(LATENCY_BOUND["best"], lambda extra: {"q": int(extra.get("q", 1))}),
 }
 
 

@@ -46,7 +46,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from . import methods
 from .devices import Cluster
@@ -181,14 +181,12 @@ def _needs_bound(res: Result, seconds: float) -> bool:
 def _raise_bound(res: Result, entry: methods.Method, seconds: float) -> None:
     """Run the entry's certificate for at most ``seconds`` and raise ``res.bound`` to it;
     stopped midway, keep the last bound it reported."""
-    cert = methods.BOUND_FAMILIES[entry.certificate]
     res.extra["bound_kind"] = entry.certificate
     proven: list = []
-    kwargs = cert.kwargs(res)
     try:
         with overtime_after(seconds + OVERTIME_GRACE):
-            b = cert.method.load()(res.graph, res.cluster, time_limit=seconds, upper=res.objective,
-                                   on_progress=proven.append, **kwargs)
+            b = certificate(res.graph, res.cluster, entry.certificate, time_limit=seconds, upper=res.objective,
+                            on_progress=proven.append, extra=res.extra)
     except Overtime:  # building a bound's model can outlast its limit on huge graphs: keep what it proved
         res.extra["bound_skipped"] = f"the certifying bound was stopped after {seconds:.3g} s"
         if not proven:
@@ -197,6 +195,17 @@ def _raise_bound(res: Result, entry: methods.Method, seconds: float) -> None:
     if math.isfinite(b.bound) and (res.bound is None or b.bound > res.bound):
         res.bound = b.bound
         res.extra["bound_method"] = b.method
+
+
+def certificate(graph: Graph, cluster: Cluster, family: str, *, time_limit: float, upper: float | None = None,
+                on_progress: Callable | None = None, extra: dict | None = None):
+    """The bound of ``family`` (`methods.BOUND_FAMILIES`: ``chain``, ``any``, ``latency``) on the
+    instance within ``time_limit`` seconds: what certifies an answer of that family. ``upper``:
+    the objective of a known answer (the bound's status is ``optimal`` when it meets it);
+    ``extra``: the answer's facts the family reads (``q`` for latency)."""
+    fam = methods.BOUND_FAMILIES[family]
+    return fam.method.load()(graph, cluster, time_limit=time_limit, upper=upper, on_progress=on_progress,
+                             **fam.kwargs(extra or {}))
 
 
 # -- bounds -------------------------------------------------------------------------------------

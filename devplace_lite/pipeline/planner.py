@@ -63,7 +63,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import methods
+from .. import solve
 from ..cost import as_assignment, chain_order, device_loads
 from ..devices import Cluster
 from ..errors import GraphError, UsageError
@@ -83,18 +83,17 @@ DP_IDEALS = 200_000
 DP_UNTIMED = 10_000
 
 
-# -- the registries: the one place this package calls them ------------------------------------
+# -- the library's front door (`devplace_lite.solve`): the one place this package calls it ----------
 def partition(graph: Graph, cluster: Cluster, method: str, *, time_limit: float | None = None, seed: int = 0):
-    """``methods.PARTITION[method]`` on ``graph`` (a `devplace_lite.result.Result`)."""
-    return methods.resolve(methods.PARTITION, method)(graph, cluster, time_limit=time_limit, seed=seed)
+    """``methods.PARTITION[method]`` on ``graph`` through `solve`, uncertified: the plan is
+    certified on the segment graph by `certify` (a `devplace_lite.result.Result`)."""
+    return solve.partition(graph, cluster, method, time_limit=time_limit, seed=seed, certify=False)
 
 
 def certify(graph: Graph, cluster: Cluster, *, time_limit: float, upper: float | None = None):
-    """The best proven lower bound on a chain-of-ideals split of ``graph``
-    (`devplace_lite.bounds.best.best_bound`, ``methods.BOUND["best"]``)."""
-    from ..bounds.best import best_bound
-
-    return best_bound(graph, cluster, time_limit=time_limit, kind="chain", upper=upper)
+    """The best proven lower bound on a chain-of-ideals split of ``graph``: the certificate of
+    the ``chain`` family (`devplace_lite.solve.certificate`)."""
+    return solve.certificate(graph, cluster, "chain", time_limit=time_limit, upper=upper)
 
 
 def choose_method(graph: Graph) -> tuple[str, str, int | None]:
