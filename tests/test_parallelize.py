@@ -175,9 +175,11 @@ def test_cli_json_and_overrides(tmp_path, capsys):
 def test_cli_bad_input_one_line_exit_2(tmp_path, capsys, args):
     f = tmp_path / "m.json"
     f.write_text(json.dumps(model_to_dict(random_model(7, layers=3))))
-    with pytest.raises(SystemExit) as e:
-        _cli(["parallelize", str(f), *args], capsys)
-    assert e.value.code == 2
+    try:
+        code, out, err = _cli(["parallelize", str(f), *args], capsys)
+    except SystemExit as e:  # argparse refuses before the command runs
+        code, err = e.code, capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
 
 
 def test_cli_bad_file_one_line_exit_2(tmp_path, capsys):

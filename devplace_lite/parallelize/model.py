@@ -161,6 +161,7 @@ def model_from_dict(d: dict) -> Model:
         outs[u].add(v)
         ins[v].add(u)
         edges.append((u, v, c))
+    _check_acyclic(ids, outs)
     layers = []
     for v, name, tm in raw:
         by_t: dict[int, tuple[TMPC, ...]] = {}
@@ -197,7 +198,6 @@ def model_from_dict(d: dict) -> Model:
         if not by_t:
             raise GraphError(f"node {v} has no TMPC")
         layers.append(Layer(v, name, by_t))
-    _check_acyclic(ids, outs)
     m = Model(tuple(layers), tuple(edges), devices, memory, bandwidth, microbatches)
     check_cluster(m)
     return m
