@@ -146,11 +146,12 @@ def solve_mckp(n_items, optr, cost, mem, R, choice, ub):
 
 
 @njit(cache=True, nogil=True)
-def knapsack(n_items, optr, cost, A, B, M, Y, out, greedy):
+def knapsack(n_items, optr, cost, A, B, M, Y, out, greedy, ub):
     """``out[y]`` for ``y = 1..Y``: least stage time with memory ``sum(A*y + B) <= M``.
 
     Exact (`solve_mckp`), solved once per distinct value: an optimum at ``y`` stays optimal for
     every larger ``y`` where it still fits, since the least time cannot fall as ``y`` grows.
+    Values above ``ub`` are left INF (no plan at most ``ub`` uses them).
     ``greedy`` instead applies Piper's published rule at every ``y`` (all-fastest, then swaps in
     order of time added per byte saved until the memory fits), to compare with its program.
     """
@@ -169,6 +170,9 @@ def knapsack(n_items, optr, cost, A, B, M, Y, out, greedy):
         cfast += cost[f]
         afast += A[f]
         bfast += B[f]
+    if cfast > ub:
+        return 1
+    cut = 0
     mem = np.empty(nopt)
     choice = np.zeros(n_items, np.int64)
     y = 1
@@ -188,11 +192,17 @@ def knapsack(n_items, optr, cost, A, B, M, Y, out, greedy):
         for o in range(nopt):
             mem[o] = A[o] * y + B[o]
         if greedy:
-            out[y] = _piper_greedy(n_items, optr, cost, mem, fast, M, False)
+            g = _piper_greedy(n_items, optr, cost, mem, fast, M, False)
+            if g <= ub:  # (the rule need not grow with y: no early stop here)
+                out[y] = g
+            else:
+                cut = 1
             y += 1
             continue
-        ub = _piper_greedy(n_items, optr, cost, mem, fast, M, True)
-        val = solve_mckp(n_items, optr, cost, mem, M, choice, ub)
+        val = solve_mckp(n_items, optr, cost, mem, M, choice, min(ub, _piper_greedy(n_items, optr, cost, mem,
+                                                                                      fast, M, True)))
+        if val > ub:
+            return 1
         sa, sb = 0.0, 0.0
         for i in range(n_items):
             o = optr[i] + choice[i]
@@ -203,7 +213,7 @@ def knapsack(n_items, optr, cost, A, B, M, Y, out, greedy):
         while y <= Y and sa * y + sb <= M and not (afast * y + bfast <= M):
             out[y] = val
             y += 1
-    return 0
+    return cut
 
 
 @njit(cache=True, nogil=True)
@@ -298,7 +308,7 @@ def item_costs(n_opts, it_opt, it_e, p, w, Aall, Ball, d, N, bw, it_cost, it_A, 
 def fill_ideal(I, member, isub_ptr, isub, stamp, queue, tvals, nT, optr_vt, in_ptr, in_src, in_c, out_ptr,
                out_dst, out_c, o_in, sfw, o_out, sbw, p, w, Aall, Ball, minmem_vt, divs, K, Smax, N, M, bw,
                greedy, val, org, row_ptr, pool_s, pool_v, pool_o, pool_n, it_ptr, it_opt, it_e, it_cost, it_A, it_B,
-               tps):
+               tps, ub, flags):
     """Fill the DP rows of ideal ``I`` (all device counts), from its sub-ideals' rows.
 
     ``row_ptr[J, k]..row_ptr[J, k+1]`` in the pool are the drops of ``dp[J][k][.]`` (increasing s,
@@ -360,7 +370,8 @@ def fill_ideal(I, member, isub_ptr, isub, stamp, queue, tvals, nT, optr_vt, in_p
                     break
                 item_costs(it_ptr[n_items], it_opt, it_e, p, w, Aall, Ball, d, N, bw, it_cost, it_A, it_B)
                 Y = (Smax + d - 1) // d
-                knapsack(n_items, it_ptr, it_cost, it_A, it_B, M, Y, tps, greedy)
+                if knapsack(n_items, it_ptr, it_cost, it_A, it_B, M, Y, tps, greedy, ub):
+                    flags[0] = 1  # a stage was cut by the bound
                 if tps[1] >= INF:
                     continue
                 for k in range(d * t, K + 1):
@@ -398,7 +409,7 @@ def fill_ideal(I, member, isub_ptr, isub, stamp, queue, tvals, nT, optr_vt, in_p
         row_ptr[I, k] = L
         prev = INF
         for s in range(Smax + 1):
-            if val[k, s] < prev:
+            if val[k, s] < prev and val[k, s] <= ub:
                 if L >= pool_s.shape[0]:
                     return -1
                 pool_s[L] = s

@@ -154,7 +154,6 @@ def plan_exact(model: Model, time_limit: float | None = None, knapsack: str = "e
     for k in range(K + 1):
         row_ptr[0, k], row_ptr[0, k + 1] = k, k + 1
         pool_s[k], pool_v[k] = 0, 0.0
-    L = K + 1
     stamp = np.full(nI, -1, np.int64)
     queue = np.zeros(nI, np.int64)
     no = max(arr.n_opts, 1)
@@ -163,27 +162,44 @@ def plan_exact(model: Model, time_limit: float | None = None, knapsack: str = "e
     it_cost, it_A, it_B = np.zeros(no), np.zeros(no), np.zeros(no)
     tps = np.zeros(Smax + 2)
     greedy = knapsack == "greedy"
-    stats = {"ideals": nI, "layers": n}
-    for I in range(1, nI):
-        if time_limit is not None and time.monotonic() - start > time_limit:
-            return Result("exact", "time_limit", None, reason=f"stopped after {I} of {nI} ideals",
-                          seconds=time.monotonic() - start, stats=stats)
-        if progress is not None:
-            progress(I / nI)
-        while True:
-            r = kn.fill_ideal(I, member, isub_ptr, isub, stamp, queue, tvals, nT, arr.optr_vt, arr.in_ptr,
-                              arr.in_src, arr.in_c, arr.out_ptr, arr.out_dst, arr.out_c, arr.o_in, arr.sfw,
-                              arr.o_out, arr.sbw, arr.p, arr.w, arr.A, arr.B, arr.minmem, divs, K, Smax, N,
-                              model.memory, model.bandwidth, greedy, val, org, row_ptr, pool_s, pool_v,
-                              pool_o, L, it_ptr, it_opt, it_e, it_cost, it_A, it_B, tps)
-            if r >= 0:
-                L = r
-                break
-            cap *= 2
-            pool_s = np.resize(pool_s, cap)
-            pool_v = np.resize(pool_v, cap)
-            pool_o = np.resize(pool_o, (cap, 5))
-            stamp[:] = -1
+    flags = np.zeros(1, np.int64)
+    stats = {"ideals": nI, "layers": n, "rounds": 0}
+    # Rounds with a bound: a plan of time at most ub has every stage and every suffix at most ub,
+    # so values above ub are dropped, which cuts most of the work. The bound starts just above a
+    # lower bound and doubles until a plan appears, or until nothing was cut (no plan at all).
+    lb = _lower_bound(model)
+    ub = 1.5 * lb if model.devices > 1 and lb > 0 else kn.INF
+    done = 0
+    while True:
+        stats["rounds"] += 1
+        flags[0] = 0
+        stamp[:] = -1
+        L = K + 1
+        for I in range(1, nI):
+            if time_limit is not None and time.monotonic() - start > time_limit:
+                return Result("exact", "time_limit", None, reason=f"stopped in round {stats['rounds']} at ideal {I} of {nI}",
+                              seconds=time.monotonic() - start, stats=stats)
+            done += 1
+            if progress is not None:
+                progress(min(0.99, done / (2 * nI)))
+            while True:
+                r = kn.fill_ideal(I, member, isub_ptr, isub, stamp, queue, tvals, nT, arr.optr_vt, arr.in_ptr,
+                                  arr.in_src, arr.in_c, arr.out_ptr, arr.out_dst, arr.out_c, arr.o_in, arr.sfw,
+                                  arr.o_out, arr.sbw, arr.p, arr.w, arr.A, arr.B, arr.minmem, divs, K, Smax, N,
+                                  model.memory, model.bandwidth, greedy, val, org, row_ptr, pool_s, pool_v,
+                                  pool_o, L, it_ptr, it_opt, it_e, it_cost, it_A, it_B, tps, ub, flags)
+                if r >= 0:
+                    L = r
+                    break
+                cap *= 2
+                pool_s = np.resize(pool_s, cap)
+                pool_v = np.resize(pool_v, cap)
+                pool_o = np.resize(pool_o, (cap, 5))
+                stamp[:] = -1
+        if row_ptr[nI - 1, K] < row_ptr[nI - 1, K + 1] or flags[0] == 0 or ub >= kn.INF:
+            break
+        ub = ub * 2 if ub * 2 < 1e250 else kn.INF
+    stats["bound_used"] = ub
     stats["stored_drops"] = int(L)
     full = nI - 1
 
@@ -247,6 +263,13 @@ def stage_choice(model: Model, arr: "_Arrays", Sm: np.ndarray, t: int, d: int, y
             return Stage(ids, d, t, {})
         picks = it_ptr[:n_items] + choice
     return Stage(ids, d, t, {model.layers[v].id: arr.names[it_opt[q]] for v, q in zip(members, picks)})
+
+
+def _lower_bound(model: Model) -> float:
+    """Time per sample no plan beats: every layer's least device-seconds per sample (t times its
+    compute time at degree t) summed, spread over all k devices (communication left out)."""
+    work = sum(min(t * o.time_per_sample for t, os_ in x.tmpcs.items() for o in os_) for x in model.layers)
+    return work / model.devices
 
 
 def _greedy_picks(n_items, it_ptr, cost, mem, fast, M):
