@@ -14,35 +14,53 @@ INF = 1e300
 
 @njit(cache=True, nogil=True)
 def _lagrange(n_items, optr, cost, mem, R, lam_out):
-    """The multiplier λ >= 0 maximising the Lagrangian bound sum_i min_o (c + λ m) - λ R."""
-    hi = 0.0
+    """The multiplier λ >= 0 maximising the Lagrangian bound sum_i min_o (c + λ m) - λ R, and that
+    bound. The dual is concave and piecewise linear with breaks at the items' trade-off ratios;
+    its slope (memory of the λ-cheapest options, less R) falls with λ: binary search on it."""
+    cnt = 0
     for i in range(n_items):
         for o in range(optr[i], optr[i + 1]):
             for q in range(optr[i], optr[i + 1]):
                 if mem[q] > mem[o] and cost[o] > cost[q]:
-                    r = (cost[o] - cost[q]) / (mem[q] - mem[o])
-                    if r > hi:
-                        hi = r
-    lo = 0.0
-    best_l, best_v = 0.0, -INF
-    # the dual function is concave: ternary search over [0, hi]
-    for _ in range(100):
-        if hi - lo <= 1e-15 * max(1.0, hi):
-            break
-        m1 = lo + (hi - lo) / 3.0
-        m2 = hi - (hi - lo) / 3.0
-        v1 = _dual(n_items, optr, cost, mem, R, m1)
-        v2 = _dual(n_items, optr, cost, mem, R, m2)
-        if v1 < v2:
-            lo = m1
+                    cnt += 1
+    rs = np.empty(cnt + 1)
+    rs[0] = 0.0
+    cnt = 1
+    for i in range(n_items):
+        for o in range(optr[i], optr[i + 1]):
+            for q in range(optr[i], optr[i + 1]):
+                if mem[q] > mem[o] and cost[o] > cost[q]:
+                    rs[cnt] = (cost[o] - cost[q]) / (mem[q] - mem[o])
+                    cnt += 1
+    rs.sort()
+    lo, hi = 0, cnt - 1  # find the first ratio where the slope is <= 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _slope(n_items, optr, cost, mem, R, rs[mid]) <= 0:
+            hi = mid
         else:
-            hi = m2
-    for lam in (0.0, lo, hi):
-        v = _dual(n_items, optr, cost, mem, R, lam)
-        if v > best_v:
-            best_v, best_l = v, lam
-    lam_out[0] = best_l
-    return best_v
+            lo = mid + 1
+    lam = rs[lo]
+    best = _dual(n_items, optr, cost, mem, R, lam)
+    if lo > 0:
+        v = _dual(n_items, optr, cost, mem, R, rs[lo - 1])
+        if v > best:
+            best, lam = v, rs[lo - 1]
+    lam_out[0] = lam
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _slope(n_items, optr, cost, mem, R, lam):
+    s = -R
+    for i in range(n_items):
+        b, bm = INF, 0.0
+        for o in range(optr[i], optr[i + 1]):
+            x = cost[o] + lam * mem[o]
+            if x < b or (x == b and mem[o] < bm):
+                b, bm = x, mem[o]
+        s += bm
+    return s
 
 
 @njit(cache=True, nogil=True)
@@ -59,30 +77,54 @@ def _dual(n_items, optr, cost, mem, R, lam):
 
 
 @njit(cache=True, nogil=True)
-def solve_mckp(n_items, optr, cost, mem, R, choice, ub):
+def solve_mckp(n_items, optr, cost, mem, R, choice, ub, gval, gpick):
     """Exact multiple-choice knapsack: one option per item, sum of mem <= R, least sum of cost.
 
     A dynamic program over the items keeping the Pareto front of (memory, cost) of partial
     choices; a partial choice is dropped when the rest cannot fit (least memory of the rest) or
     cannot beat ``ub`` (cheapest rest, and the Lagrangian bound with the dual-optimal multiplier).
     Near-equal layers (a transformer stack) keep the front small, where branching would not.
-    Writes the chosen option index of each item into ``choice``; returns the least cost, or INF.
+    ``gval``, ``gpick``: a feasible choice (global option indices) and its cost, or INF; it is
+    returned as is when the Lagrangian bound proves it optimal. Writes the chosen option index of
+    each item into ``choice``; returns the least cost, or INF when nothing fits or beats ``ub``.
     """
+    if gval < ub:
+        ub = gval
     lam_a = np.zeros(1)
-    _lagrange(n_items, optr, cost, mem, R, lam_a)
+    lb = _lagrange(n_items, optr, cost, mem, R, lam_a)
+    if lb > ub + 1e-12 * abs(ub):
+        return INF  # nothing beats ub: the caller's bound or its feasible greedy choice
+    if gval < INF and gval <= lb + 1e-12 * abs(lb):
+        for i in range(n_items):
+            choice[i] = gpick[i] - optr[i]
+        return gval
     lam = lam_a[0]
+    # items whose choice the multiplier settles clearly first: the front stays one state wide
+    # until the few items near the critical trade-off ratio
+    gap = np.empty(n_items)
+    for i in range(n_items):
+        b1, b2 = INF, INF
+        for o in range(optr[i], optr[i + 1]):
+            x = cost[o] + lam * mem[o]
+            if x < b1:
+                b1, b2 = x, b1
+            elif x < b2:
+                b2 = x
+        gap[i] = b2 - b1 if b2 < INF else INF
+    order = np.argsort(-gap, kind="mergesort")
     minc_suf = np.zeros(n_items + 1)
     minm_suf = np.zeros(n_items + 1)
     h_suf = np.zeros(n_items + 1)
-    for i in range(n_items - 1, -1, -1):
+    for j in range(n_items - 1, -1, -1):
+        i = order[j]
         mc, mm, hh = INF, INF, INF
         for o in range(optr[i], optr[i + 1]):
             mc = min(mc, cost[o])
             mm = min(mm, mem[o])
             hh = min(hh, cost[o] + lam * mem[o])
-        minc_suf[i] = minc_suf[i + 1] + mc
-        minm_suf[i] = minm_suf[i + 1] + mm
-        h_suf[i] = h_suf[i + 1] + hh
+        minc_suf[j] = minc_suf[j + 1] + mc
+        minm_suf[j] = minm_suf[j + 1] + mm
+        h_suf[j] = h_suf[j + 1] + hh
     cut = ub + 1e-12 * abs(ub) if ub < INF else INF
     cap = 1024
     sm = np.zeros(cap)
@@ -92,32 +134,44 @@ def solve_mckp(n_items, optr, cost, mem, R, choice, ub):
     lvl = np.zeros(n_items + 2, np.int64)
     lvl[0], lvl[1] = 0, 1  # the root: nothing chosen
     n_st = 1
-    for i in range(n_items):
-        a, b = lvl[i], lvl[i + 1]
+    ccap = 256
+    cm = np.empty(ccap)
+    cc = np.empty(ccap)
+    cp = np.empty(ccap, np.int64)
+    co = np.empty(ccap, np.int64)
+    for j in range(n_items):
+        i = order[j]
+        a, b = lvl[j], lvl[j + 1]
         k = optr[i + 1] - optr[i]
-        cm = np.empty((b - a) * k)
-        cc = np.empty((b - a) * k)
-        cp = np.empty((b - a) * k, np.int64)
-        co = np.empty((b - a) * k, np.int64)
+        if (b - a) * k > ccap:
+            ccap = 2 * (b - a) * k
+            cm = np.empty(ccap)
+            cc = np.empty(ccap)
+            cp = np.empty(ccap, np.int64)
+            co = np.empty(ccap, np.int64)
         q = 0
         for st in range(a, b):
             for o in range(optr[i], optr[i + 1]):
                 m = sm[st] + mem[o]
                 c = sc[st] + cost[o]
-                if m + minm_suf[i + 1] > R:
+                if m + minm_suf[j + 1] > R:
                     continue
-                bound = c + minc_suf[i + 1]
-                lb = c + h_suf[i + 1] - lam * (R - m)
-                if lb > bound:
-                    bound = lb
+                bound = c + minc_suf[j + 1]
+                lb2 = c + h_suf[j + 1] - lam * (R - m)
+                if lb2 > bound:
+                    bound = lb2
                 if bound > cut:
                     continue
                 cm[q], cc[q], cp[q], co[q] = m, c, st, o
                 q += 1
         if q == 0:
             return INF
-        o1 = np.argsort(cc[:q], kind="mergesort")
-        o2 = np.argsort(cm[:q][o1], kind="mergesort")
+        if q == 1:
+            o1 = np.zeros(1, np.int64)
+            o2 = o1
+        else:
+            o1 = np.argsort(cc[:q], kind="mergesort")
+            o2 = np.argsort(cm[:q][o1], kind="mergesort")
         if n_st + q > cap:
             while n_st + q > cap:
                 cap *= 2
@@ -132,14 +186,15 @@ def solve_mckp(n_items, optr, cost, mem, R, choice, ub):
                 best_c = cc[x]
                 sm[n_st], sc[n_st], par[n_st], sop[n_st] = cm[x], cc[x], cp[x], co[x]
                 n_st += 1
-        lvl[i + 2] = n_st
+        lvl[j + 2] = n_st
     a, b = lvl[n_items], lvl[n_items + 1]
     best, arg = INF, -1
     for st in range(a, b):
         if sc[st] < best:
             best, arg = sc[st], st
     st = arg
-    for i in range(n_items - 1, -1, -1):
+    for j in range(n_items - 1, -1, -1):
+        i = order[j]
         choice[i] = sop[st] - optr[i]
         st = par[st]
     return best
@@ -175,6 +230,7 @@ def knapsack(n_items, optr, cost, A, B, M, Y, out, greedy, ub):
     cut = 0
     mem = np.empty(nopt)
     choice = np.zeros(n_items, np.int64)
+    gpick = np.zeros(n_items, np.int64)
     y = 1
     while y <= Y:
         if afast * y + bfast <= M:
@@ -192,15 +248,15 @@ def knapsack(n_items, optr, cost, A, B, M, Y, out, greedy, ub):
         for o in range(nopt):
             mem[o] = A[o] * y + B[o]
         if greedy:
-            g = _piper_greedy(n_items, optr, cost, mem, fast, M, False)
+            g = _piper_greedy(n_items, optr, cost, mem, fast, M, False, gpick)
             if g <= ub:  # (the rule need not grow with y: no early stop here)
                 out[y] = g
             else:
                 cut = 1
             y += 1
             continue
-        val = solve_mckp(n_items, optr, cost, mem, M, choice, min(ub, _piper_greedy(n_items, optr, cost, mem,
-                                                                                      fast, M, True)))
+        gval = _piper_greedy(n_items, optr, cost, mem, fast, M, True, gpick)
+        val = solve_mckp(n_items, optr, cost, mem, M, choice, ub, gval, gpick)
         if val > ub:
             return 1
         sa, sb = 0.0, 0.0
@@ -217,7 +273,7 @@ def knapsack(n_items, optr, cost, A, B, M, Y, out, greedy, ub):
 
 
 @njit(cache=True, nogil=True)
-def _piper_greedy(n_items, optr, cost, mem, fast, M, strict):
+def _piper_greedy(n_items, optr, cost, mem, fast, M, strict, cur):
     """Piper's program's rule: from the all-fastest choice, apply the swaps in increasing order of
     (time added) / (memory saved), ties by item then option, until the memory fits (to within
     1e-9 bytes, as its program stops; with ``strict``, INF unless it fits exactly)."""
@@ -246,7 +302,7 @@ def _piper_greedy(n_items, optr, cost, mem, fast, M, strict):
                 q += 1
     # order by (ratio, item, option) as a stable sort of the (item, option)-ordered list
     srt = np.argsort(ratio, kind="mergesort")
-    cur = fast.copy()
+    cur[:n_items] = fast[:n_items]
     for r in range(cnt):
         i = item[srt[r]]
         o = opt[srt[r]]

@@ -257,9 +257,9 @@ def stage_choice(model: Model, arr: "_Arrays", Sm: np.ndarray, t: int, d: int, y
     elif greedy:
         picks = _greedy_picks(n_items, it_ptr, it_cost, mem, fast, model.memory)
     else:
-        choice = np.zeros(n_items, np.int64)
-        ub = kn._piper_greedy(n_items, it_ptr, it_cost, mem, fast, model.memory, True)
-        if kn.solve_mckp(n_items, it_ptr, it_cost, mem, model.memory, choice, ub) >= kn.INF:
+        choice, gpick = np.zeros(n_items, np.int64), np.zeros(n_items, np.int64)
+        gval = kn._piper_greedy(n_items, it_ptr, it_cost, mem, fast, model.memory, True, gpick)
+        if kn.solve_mckp(n_items, it_ptr, it_cost, mem, model.memory, choice, kn.INF, gval, gpick) >= kn.INF:
             return Stage(ids, d, t, {})
         picks = it_ptr[:n_items] + choice
     return Stage(ids, d, t, {model.layers[v].id: arr.names[it_opt[q]] for v, q in zip(members, picks)})
