@@ -99,6 +99,22 @@ def test_recomputation_chosen_when_memory_is_short():
         assert tight.objective >= roomy.objective
 
 
+def test_time_limit_returns_the_incumbent():
+    m = random_model(9, layers=6, devices=8, memory=1e10)
+    r = parallelize(m, time_limit=1e-9)
+    assert r.status == "time_limit" and r.reason
+    base = min(x.objective for x in (parallelize(m, method="equal"), parallelize(m, method="data"))
+               if x.objective is not None)
+    assert r.objective == base and evaluate(m, r.stages)[0] == pytest.approx(base, rel=1e-12)
+
+
+def test_package_is_callable():
+    import devplace_lite.parallelize as pkg
+
+    m = random_model(1, layers=3)
+    assert pkg(m).objective == parallelize(m).objective
+
+
 def test_infeasible_reason_names_the_layer():
     m = random_model(2, layers=3, memory=1.0)
     r = parallelize(m)

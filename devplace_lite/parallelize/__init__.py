@@ -21,7 +21,9 @@ Example
 from __future__ import annotations
 
 import os
+import sys
 import time
+import types
 
 from ..errors import UsageError
 from .model import Model, read_model, repeat_layer
@@ -92,3 +94,14 @@ def parallelize(model: Model | str | os.PathLike, devices: int | None = None, me
         r = baselines.BASELINES[method](model)
     r.seconds = time.monotonic() - start
     return r
+
+
+class _CallableModule(types.ModuleType):
+    """This package, callable: ``devplace_lite.parallelize(model, ...)`` is `parallelize` whether
+    the name is bound to the function or to the package (importing a submodule rebinds it)."""
+
+    def __call__(self, *args, **kwargs) -> Result:
+        return parallelize(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -14,9 +14,12 @@ Reading checks everything the planner relies on, each failure one `GraphError` l
 unique, every TMPC's sync maps naming exactly the layer's incoming / outgoing edges, no
 negative number, at least one TMPC for ``t = 1`` or some ``t`` on every layer.
 
-`repeat_layer` builds BERT-48/64/96 from BERT-32 as Piper's experiments do: each copy of a
+`repeat_layer` builds BERT-48/64/96 from BERT-32 by Piper's experiments' rule: each copy of a
 transformer layer is spliced into the chain after the previous copy (the first after the
-next-to-last transformer), keeping only the chain edges.
+next-to-last transformer), keeping only the chain edges. Piper's program takes the layer to copy
+from a C++ hash set, whose order moves the copies elsewhere once the set grows (from about the
+25th copy on), and the 32 layers' times differ slightly: to plan exactly Piper's instance, read
+the instance its own code builds (benchmarks/parallelize does).
 """
 
 from __future__ import annotations
