@@ -64,6 +64,10 @@ SLOW = [
     ("gnmt", "gnmt", 0, 8, 256, 1.2),
     ("gnmt", "gnmt", 0, 64, 256, 0.3),
 ]
+# what the extra dimensions buy (the paper's bar charts): BERT-32, N = 1920, 25 GiB/s
+BASELINE_KS = (8, 32, 64, 128, 512, 1024, 2048)
+BASELINE_GIB = (2.0, 8.0)
+METHODS = ("exact", "pipeline", "data", "equal")
 # the paper's scalability sweep, ours only
 SWEEP = [(f"bert{n}", "bert", n, k, bs, 8.0) for n in (32, 48, 64, 96) for bs in (512, 2048)
          for k in (8, 64, 512, 2048)]
@@ -148,6 +152,21 @@ def render(rows: list[dict], meta: dict) -> str:
                      f"{f(r.get('piper_tps')) if r['piper_status'] == 'ok' else r['piper_status']} | "
                      f"{f(r['exact_tps'])} | {f(r.get('rel_exact'), '{:.1e}')} | {f(r.get('rel_greedy'), '{:.1e}')} | "
                      f"{f(r.get('piper_cpu'), '{:.3f}')} | {r['exact_cpu']:.3f} | {f(ratio, '{:.3f}')} | {r['load']} |")
+    if (HERE / "baselines.json").exists():
+        base = json.loads((HERE / "baselines.json").read_text())["rows"]
+        lines += ["", "## What the extra dimensions buy (BERT-32, N = 1920)", "",
+                  "Time per sample of the exact plan and of each baseline, and the baseline's time over the "
+                  "exact one (`null`: no plan fits). Command: `python -m benchmarks.parallelize.run --baselines`; "
+                  "figure: baselines.png.", "",
+                  "| GiB | k | exact | pipeline only | data only | equal stages (2BW-style) | load |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in base:
+            cells = []
+            for m in METHODS[1:]:
+                v = r[f"{m}_tps"]
+                cells.append("null" if v is None else f"{v:.4g} ({v / r['exact_tps']:.2f}x)")
+            lines.append(f"| {r['gib']:g} | {r['devices']} | {f(r['exact_tps'], '{:.4g}')} | " + " | ".join(cells)
+                         + f" | {r['load']} |")
     sweep = [r for r in rows if r.get("section") == "sweep"]
     if sweep:
         lines += ["", "## The paper's scalability sweep (ours only, exact)", "",
@@ -157,23 +176,75 @@ def render(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_baselines() -> int:
+    """Time per sample of the exact plan and of each baseline against devices (BERT-32)."""
+    from devplace_lite.io import write_json_atomic
+    from devplace_lite.parallelize import parallelize
+
+    model = load_model("bert", 32, None, HERE)
+    rows = []
+    for gb in BASELINE_GIB:
+        for k in BASELINE_KS:
+            row = {"section": "baselines", "model": "bert32", "devices": k, "microbatches": 1920, "gib": gb}
+            for m in METHODS:
+                t0 = time.process_time()
+                r = parallelize(model, devices=k, microbatches=1920, memory=gb * GIB, bandwidth=BANDWIDTH, method=m)
+                row[f"{m}_tps"], row[f"{m}_cpu"] = r.objective, round(time.process_time() - t0, 3)
+            row["load"] = round(os.getloadavg()[0], 1)
+            print(row, flush=True)
+            rows.append(row)
+            write_json_atomic(HERE / "baselines.json", {"rows": rows})
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(BASELINE_GIB), figsize=(10, 3.8), sharey=True)
+    for ax, gb in zip(axes, BASELINE_GIB):
+        sub = [r for r in rows if r["gib"] == gb]
+        for m in METHODS:
+            pts = [(r["devices"], r[f"{m}_tps"]) for r in sub if r[f"{m}_tps"] is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=m)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("devices k")
+        ax.set_title(f"BERT-32, {gb:g} GiB per device, N = 1920")
+    axes[0].set_ylabel("time per sample (s)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "baselines.png", dpi=110)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--piper-git", default=URL, help="where to clone Piper from (URL or local git folder)")
     ap.add_argument("--piper-bin", help="an already built piper_driver (skips the build)")
     ap.add_argument("--only", help="comma-separated model names (bert32, bert64, bert96, gnmt, resnet)")
     ap.add_argument("--slow", action="store_true", help="also the instances where Piper needs minutes")
-    ap.add_argument("--sweep", action="store_true", help="also the scalability sweep (ours only)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="only the scalability sweep (ours only), into sweep.json beside results.json")
+    ap.add_argument("--baselines", action="store_true",
+                    help="only the baselines against the exact plan (BERT-32), into baselines.json and baselines.png")
     ap.add_argument("--timeout", type=float, default=1800.0, help="wall seconds per Piper run")
     ap.add_argument("--render", action="store_true", help="README.md from results.json only")
     a = ap.parse_args(argv)
     from devplace_lite.io import write_json_atomic
 
-    out = HERE / "results.json"
+    out = HERE / ("sweep.json" if a.sweep else "results.json")
+
+    def write_readme() -> None:
+        d = json.loads((HERE / "results.json").read_text())
+        rows = d["rows"] + (json.loads((HERE / "sweep.json").read_text())["rows"]
+                            if (HERE / "sweep.json").exists() else [])
+        (HERE / "README.md").write_text(render(rows, d["meta"]))
+
     if a.render:
-        d = json.loads(out.read_text())
-        (HERE / "README.md").write_text(render(d["rows"], d["meta"]))
+        write_readme()
         return 0
+    if a.baselines:
+        return run_baselines()
     from devplace_lite.parallelize import parallelize
     from devplace_lite.parallelize.generate import random_model
 
@@ -191,8 +262,10 @@ def main(argv=None) -> int:
         keep = set(a.only.split(","))
         cases = [c for c in cases if c[0] in keep]
     models: dict = {}
+    if a.sweep:
+        cases = []
     with tempfile.TemporaryDirectory() as tmp:
-        binary = Path(a.piper_bin) if a.piper_bin else build_piper(a.piper_git, Path(tmp))
+        binary = None if a.sweep else Path(a.piper_bin) if a.piper_bin else build_piper(a.piper_git, Path(tmp))
         for name, key, tr, k, n, gb in cases:
             if (key, tr) not in models:
                 models[(key, tr)] = load_model(key, tr, binary, Path(tmp))
@@ -219,7 +292,8 @@ def main(argv=None) -> int:
             print(row, flush=True)
             rows.append(row)
             write_json_atomic(out, {"meta": meta, "rows": rows})
-    (HERE / "README.md").write_text(render(rows, meta))
+    if (HERE / "results.json").exists():
+        write_readme()
     return 0
 
 

@@ -412,6 +412,8 @@ def fill_ideal(I, member, isub_ptr, isub, stamp, queue, tvals, nT, optr_vt, in_p
                 stamp[J2] = I
                 queue[tail] = J2
                 tail += 1
+        if row_ptr[J, K] == row_ptr[J, K + 1]:
+            continue  # the rest J has no plan within ub even on all k devices
         for ti in range(nT):
             t = tvals[ti]
             if t > K:
