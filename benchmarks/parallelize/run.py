@@ -223,11 +223,13 @@ def main(argv=None) -> int:
     ap.add_argument("--piper-bin", help="an already built piper_driver (skips the build)")
     ap.add_argument("--only", help="comma-separated model names (bert32, bert64, bert96, gnmt, resnet)")
     ap.add_argument("--slow", action="store_true", help="also the instances where Piper needs minutes")
+    ap.add_argument("--only-slow", action="store_true", help="only those")
     ap.add_argument("--sweep", action="store_true",
                     help="only the scalability sweep (ours only), into sweep.json beside results.json")
     ap.add_argument("--baselines", action="store_true",
                     help="only the baselines against the exact plan (BERT-32), into baselines.json and baselines.png")
     ap.add_argument("--timeout", type=float, default=1800.0, help="wall seconds per Piper run")
+    ap.add_argument("--append", action="store_true", help="keep the rows already in results.json")
     ap.add_argument("--render", action="store_true", help="README.md from results.json only")
     a = ap.parse_args(argv)
     from devplace_lite.io import write_json_atomic
@@ -256,8 +258,12 @@ def main(argv=None) -> int:
                        f"{platform.python_version()}", "ours": "numba-compiled kernels, one thread",
             "command": "python -m benchmarks.parallelize.run " + " ".join(argv if argv is not None else sys.argv[1:]),
             "warmup_cpu": warm, "piper_commit": COMMIT}
-    rows: list[dict] = []
+    rows: list[dict] = json.loads(out.read_text())["rows"] if a.append and out.exists() else []
+    if a.append and rows:
+        meta["command"] = json.loads(out.read_text())["meta"]["command"] + "; then " + meta["command"]
     cases = CASES + (SLOW if a.slow else [])
+    if a.only_slow:
+        cases = SLOW
     if a.only:
         keep = set(a.only.split(","))
         cases = [c for c in cases if c[0] in keep]
