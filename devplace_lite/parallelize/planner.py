@@ -166,7 +166,7 @@ def plan_exact(model: Model, time_limit: float | None = None, knapsack: str = "e
     stats = {"ideals": nI, "layers": n, "rounds": 0}
     # Rounds with a bound: a plan of time at most ub has every stage and every suffix at most ub,
     # so values above ub are dropped, which cuts most of the work. The bound starts just above a
-    # lower bound and doubles until a plan appears, or until nothing was cut (no plan at all).
+    # lower bound and grows until a plan appears or nothing was cut (then no plan exists).
     lb = _lower_bound(model)
     ub = 1.5 * lb if model.devices > 1 and lb > 0 else kn.INF
     done = 0
@@ -198,7 +198,9 @@ def plan_exact(model: Model, time_limit: float | None = None, knapsack: str = "e
                 stamp[:] = -1
         if row_ptr[nI - 1, K] < row_ptr[nI - 1, K + 1] or flags[0] == 0 or ub >= kn.INF:
             break
-        ub = ub * 2 if ub * 2 < 1e250 else kn.INF
+        # quadruple a few times, then no bound at all: an instance with no plan would otherwise
+        # pay one full pass per doubling before the bound stops cutting
+        ub = ub * 4 if stats["rounds"] < 3 and ub * 4 < 1e250 else kn.INF
     stats["bound_used"] = ub
     stats["stored_drops"] = int(L)
     full = nI - 1
