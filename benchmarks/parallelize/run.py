@@ -152,6 +152,11 @@ def render(rows: list[dict], meta: dict) -> str:
                      f"{f(r.get('piper_tps')) if r['piper_status'] == 'ok' else r['piper_status']} | "
                      f"{f(r['exact_tps'])} | {f(r.get('rel_exact'), '{:.1e}')} | {f(r.get('rel_greedy'), '{:.1e}')} | "
                      f"{f(r.get('piper_cpu'), '{:.3f}')} | {r['exact_cpu']:.3f} | {f(ratio, '{:.3f}')} | {r['load']} |")
+    done = {(r["model"], r["devices"], r["microbatches"], r["gib"]) for r in rows if r.get("section") == "compare"}
+    missing = [c for c in CASES + SLOW if (c[0], c[3], c[4], c[5]) not in done]
+    if missing:
+        lines += ["", "Not in this run (Piper or ours needs minutes there; `--slow` / `--only-slow --append` "
+                  "adds them): " + ", ".join(f"{c[0]} k={c[3]} N={c[4]} {c[5]:g} GiB" for c in missing) + "."]
     if (HERE / "baselines.json").exists():
         base = json.loads((HERE / "baselines.json").read_text())["rows"]
         lines += ["", "## What the extra dimensions buy (BERT-32, N = 1920)", "",
