@@ -1,0 +1,71 @@
+"""``devplace parallelize FILE``: plan data, tensor and pipeline parallelism (Piper's model).
+
+::
+
+    devplace parallelize FILE [-k K] [--memory BYTES] [--microbatches N] [--bandwidth BYTES_PER_S]
+                              [--method exact|piper|pipeline|data|equal] [--time-limit S] [--json] [--out F]
+
+FILE is in Piper's input format (msr-fiddle/piper); the options replace the file's cluster
+values. The answer: the time per sample (Piper's objective), the status (``optimal``,
+``infeasible`` with the reason, ``time_limit`` with the incumbent, ``feasible`` for a baseline)
+and the stages (layers, data-parallel and tensor-parallel degrees, recomputed layers, memory).
+Bad input: one line on stderr, exit status 2. torch is never imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import options
+from ..parallelize.model import MAX_DEVICES
+from . import emit
+
+HELP = "plan data, tensor and pipeline parallelism together (Piper's model and input format)"
+
+_DEVICES = options.Int(1, MAX_DEVICES)
+_MICROBATCHES = options.Int(1, 1 << 20)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..parallelize import METHODS
+
+    parser.add_argument("file", help="a model in Piper's JSON input format")
+    parser.add_argument("-k", "--devices", type=_DEVICES, help=f"devices, 1..{MAX_DEVICES} (default: the file's maxDevices)")
+    parser.add_argument("--memory", type=options.MEMORY, help="bytes per device (default: the file's)")
+    parser.add_argument("--microbatches", type=_MICROBATCHES, help="micro-batches per batch N (default: the file's)")
+    parser.add_argument("--bandwidth", type=options.MEMORY, help="bytes per second per device (default: the file's)")
+    parser.add_argument("--method", choices=METHODS, default="exact",
+                        help="exact (default, proven optimal), piper (Piper's greedy knapsack), "
+                             "or a baseline: pipeline, data, equal")
+    parser.add_argument("--time-limit", type=options.SECONDS, help="seconds for the whole command")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", help="also write the JSON answer to this file")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..files import check_output
+    from ..parallelize import parallelize
+    from ..progress import Progress, shown
+
+    if args.out:
+        check_output(args.out)
+    with shown(not args.quiet), Progress(total=1000, desc="parallelize", unit="‰") as bar:
+        r = parallelize(args.file, devices=args.devices, memory=args.memory, microbatches=args.microbatches,
+                        bandwidth=args.bandwidth, method=args.method, time_limit=args.time_limit,
+                        progress=lambda f: bar.update(int(1000 * f)))
+    answer = r.to_dict()
+    if emit(answer, args):
+        return 0
+    if r.objective is None:
+        print(f"{r.method}: {r.status}: no plan ({r.reason})")
+        return 0
+    print(f"{r.method}: {r.status}, time per sample {r.objective:.6g} s on "
+          f"{answer['devices_used']} devices, {len(r.stages)} stage(s)")
+    for i, s in enumerate(r.stages):
+        rec = f", recomputed {s.recomputed}" if s.recomputed else ""
+        print(f"  stage {i}: layers {list(s.layers)}, d={s.data_parallel}, t={s.tensor_parallel}, "
+              f"{s.time_per_sample:.6g} s/sample, {s.memory:.4g} bytes{rec}")
+    if r.reason:
+        print(f"  note: {r.reason}")
+    return 0

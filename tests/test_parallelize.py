@@ -1,0 +1,205 @@
+"""Piper's multidimensional planner: exact against an exhaustive search, baselines, bad input, CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from devplace_lite.errors import GraphError, UsageError
+from devplace_lite.parallelize import METHODS, evaluate, parallelize
+from devplace_lite.parallelize.generate import random_model
+from devplace_lite.parallelize.model import model_from_dict, model_to_dict, repeat_layer
+from devplace_lite.parallelize.plan import Stage
+
+
+def _first_stages(layers: frozenset, preds: dict) -> list[frozenset]:
+    """Non-empty subsets of ``layers`` closed under predecessors within ``layers``."""
+    out = []
+    items = sorted(layers)
+    for r in range(1, len(items) + 1):
+        for c in itertools.combinations(items, r):
+            s = frozenset(c)
+            if all(u in s for v in s for u in preds[v] if u in layers):
+                out.append(s)
+    return out
+
+
+def _chains(layers: frozenset, preds: dict):
+    if not layers:
+        yield []
+        return
+    for s in _first_stages(layers, preds):
+        for rest in _chains(layers - s, preds):
+            yield [s, *rest]
+
+
+def exhaustive(model) -> float | None:
+    """The least time per sample over every plan, by enumeration (only for tiny models)."""
+    preds = {x.id: set() for x in model.layers}
+    for u, v, _ in model.edges:
+        preds[v].add(u)
+    by_id = {x.id: x for x in model.layers}
+    N, K = model.microbatches, model.devices
+    best = None
+    for chain in _chains(frozenset(preds), preds):
+        degs = [[(d, t) for t in sorted(set.intersection(*(set(by_id[v].tmpcs) for v in s)))
+                 for d in range(1, N + 1) if N % d == 0 and d * t <= K] for s in chain]
+        for dt in itertools.product(*degs):
+            if sum(d * t for d, t in dt) > K or sum(d for d, _ in dt) > min(N, K):
+                continue
+            layers = [v for s in chain for v in sorted(s)]
+            choices = [[o.name for o in by_id[v].tmpcs[t]] for s, (_, t) in zip(chain, dt) for v in sorted(s)]
+            for pick in itertools.product(*choices):
+                tm = dict(zip(layers, pick))
+                stages = [Stage(tuple(sorted(s)), d, t, {v: tm[v] for v in s}) for s, (d, t) in zip(chain, dt)]
+                obj, _, _ = evaluate(model, stages)
+                if obj is not None and (best is None or obj < best):
+                    best = obj
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), layers=st.integers(1, 4), chain=st.booleans(),
+       devices=st.integers(1, 5), microbatches=st.sampled_from([1, 2, 3, 4, 6]),
+       memory=st.sampled_from([3e8, 8e8, 1.5e9, 3e9, 1e10]), options=st.sampled_from([1, 2, 3]))
+def test_exact_equals_exhaustive(seed, layers, chain, devices, microbatches, memory, options):
+    m = random_model(seed, layers=layers, chain=chain, degrees=(1, 2), devices=devices, memory=memory,
+                     microbatches=microbatches, options=options)
+    want = exhaustive(m)
+    r = parallelize(m)
+    if want is None:
+        assert r.status == "infeasible" and r.objective is None and r.reason
+    else:
+        assert r.status == "optimal"
+        assert math.isclose(r.objective, want, rel_tol=1e-9), (r.objective, want)
+        obj, stages, _ = evaluate(m, r.stages)  # the returned plan is valid and has that time
+        assert obj == r.objective
+        assert r.bound == r.objective and r.gap == 0
+        # every baseline and Piper's greedy knapsack are plans of the same model: never better
+        for method in ("piper", "pipeline", "data", "equal"):
+            b = parallelize(m, method=method)
+            if b.objective is not None:
+                assert b.objective >= want * (1 - 1e-9)
+                assert evaluate(m, b.stages)[0] == pytest.approx(b.objective, rel=1e-12)
+
+
+def test_recomputation_chosen_when_memory_is_short():
+    m = random_model(5, layers=3, chain=True, degrees=(1,), devices=1, microbatches=1, memory=1e12)
+    roomy = parallelize(m)
+    assert roomy.stages and not any(s.recomputed for s in roomy.stages)
+    need = sum(max(o.memory_a + o.memory_b for o in x.tmpcs[1]) for x in m.layers)
+    least = sum(min(o.memory_a + o.memory_b for o in x.tmpcs[1]) for x in m.layers)
+    tight = parallelize(m, memory=(need + least) / 2)
+    if least < need:
+        assert tight.status == "optimal" and any(s.recomputed for s in tight.stages)
+        assert tight.objective >= roomy.objective
+
+
+def test_time_limit_returns_the_incumbent():
+    m = random_model(9, layers=6, devices=8, memory=1e10)
+    r = parallelize(m, time_limit=1e-9)
+    assert r.status == "time_limit" and r.reason
+    base = min(x.objective for x in (parallelize(m, method="equal"), parallelize(m, method="data"))
+               if x.objective is not None)
+    assert r.objective == base and evaluate(m, r.stages)[0] == pytest.approx(base, rel=1e-12)
+
+
+def test_package_is_callable():
+    import devplace_lite.parallelize as pkg
+
+    m = random_model(1, layers=3)
+    assert pkg(m).objective == parallelize(m).objective
+
+
+def test_infeasible_reason_names_the_layer():
+    m = random_model(2, layers=3, memory=1.0)
+    r = parallelize(m)
+    assert r.status == "infeasible" and r.objective is None and "layer" in r.reason
+
+
+def test_repeat_layer_grows_the_chain_as_piper_does():
+    m = random_model(4, layers=6, chain=True)
+    from dataclasses import replace
+
+    m = replace(m, layers=tuple(replace(x, name="T" if 1 <= x.id <= 4 else x.name) for x in m.layers))
+    g = repeat_layer(m, 7, name="T")
+    ids = [x.id for x in g.layers]
+    assert len(ids) == 9 and sorted(ids) == list(range(9))
+    nxt = {u: v for u, v, _ in g.edges}
+    # the copies 6, 7, 8 follow layer 3 (the next-to-last T) and precede the last T (4)
+    assert [nxt[3], nxt[6], nxt[7], nxt[8]] == [6, 7, 8, 4]
+    model_from_dict(model_to_dict(g))  # still a valid model
+    with pytest.raises(GraphError):
+        repeat_layer(m, 2, name="T")
+
+
+@pytest.mark.parametrize("mutate, msg", [
+    (lambda d: d.pop("nodes"), "missing field"),
+    (lambda d: d["edges"].append({"sourceId": 1, "destId": 0, "communicationCost": 1.0}), "cycle"),
+    (lambda d: d["edges"].append({"sourceId": 0, "destId": 99, "communicationCost": 1.0}), "not in nodes"),
+    (lambda d: d["nodes"][0]["TMPCs"]["1"][0].update(timePerSample=-1), "non-negative"),
+    (lambda d: d["nodes"][1]["TMPCs"]["1"][0]["syncTimeFw"].clear(), "exactly"),
+    (lambda d: d.update(maxDevices=0), "devices"),
+    (lambda d: d["nodes"].append(dict(d["nodes"][0])), "twice"),
+])
+def test_bad_input_refused(mutate, msg):
+    d = model_to_dict(random_model(0, layers=3, chain=True))
+    mutate(d)
+    with pytest.raises(GraphError, match=msg):
+        model_from_dict(d)
+
+
+def test_bad_arguments_refused():
+    m = random_model(0, layers=3)
+    with pytest.raises(UsageError):
+        parallelize(m, method="nope")
+    with pytest.raises(GraphError):
+        parallelize(m, devices=0)
+    with pytest.raises(GraphError):
+        parallelize(m, memory=-1.0)
+    assert set(METHODS) >= {"exact", "piper", "pipeline", "data", "equal"}
+
+
+def _cli(args, capsys):
+    from devplace_lite.cli import main
+
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_json_and_overrides(tmp_path, capsys):
+    f = tmp_path / "m.json"
+    m = random_model(7, layers=4, devices=2)
+    f.write_text(json.dumps(model_to_dict(m)))
+    code, out, _ = _cli(["parallelize", str(f), "-k", "4", "--memory", "4e9", "--microbatches", "4",
+                         "--bandwidth", "1e10", "--json"], capsys)
+    assert code == 0
+    a = json.loads(out)
+    want = parallelize(m, devices=4, memory=4e9, microbatches=4, bandwidth=1e10)
+    assert a["status"] == want.status and a["objective"] == pytest.approx(want.objective, rel=1e-12)
+    assert sum(s["devices"] for s in a["stages"]) <= 4
+    code, out, _ = _cli(["parallelize", str(f), "--method", "equal"], capsys)
+    assert code == 0 and "time per sample" in out
+
+
+@pytest.mark.parametrize("args", [["-k", "0"], ["--memory", "-3"], ["--method", "nope"], ["--microbatches", "0"]])
+def test_cli_bad_input_one_line_exit_2(tmp_path, capsys, args):
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(model_to_dict(random_model(7, layers=3))))
+    try:
+        code, out, err = _cli(["parallelize", str(f), *args], capsys)
+    except SystemExit as e:  # argparse refuses before the command runs
+        code, err = e.code, capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_cli_bad_file_one_line_exit_2(tmp_path, capsys):
+    f = tmp_path / "m.json"
+    f.write_text('{"nodes": []}')
+    code, out, err = _cli(["parallelize", str(f)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and out == ""
