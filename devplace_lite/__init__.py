@@ -10,7 +10,8 @@ The public surface, importable without torch:
 * `latency`: the same for one sample's latency (`devplace_lite.methods.LATENCY`);
 * `bound`: a proven lower bound on the optimal max-load (`devplace_lite.methods.BOUND`);
 * the errors (`DevplaceError` and its kinds), raised for every bad input;
-* `plan`: from a PyTorch model to a certified pipeline plan (imports torch when called).
+* `plan`: from a PyTorch model to a certified pipeline plan (imports torch when called);
+* `parallelize`: data, tensor and pipeline parallelism planned together (Piper's model).
 
 Example
 -------
@@ -44,7 +45,7 @@ if TYPE_CHECKING:  # the bounds (and numba) load only when a bound is asked for
 
 __all__ = ["BOUND", "Cluster", "ClusterError", "DevplaceError", "Evaluation", "Graph", "GraphError", "LATENCY",
            "LimitError", "Node", "PARTITION", "Result", "UsageError", "bound", "evaluate", "latency", "load_graph",
-           "partition", "plan"]
+           "parallelize", "partition", "plan"]
 
 
 def _inputs(graph: Graph | str | PathLike, cluster: Cluster | None) -> tuple[Graph, Cluster]:
@@ -112,6 +113,16 @@ def bound(graph: Graph | str | PathLike, cluster: Cluster | None = None, method:
     """
     g, c = _inputs(graph, cluster)
     return solve.bound(g, c, method, time_limit=time_limit)
+
+
+def parallelize(model: Any, devices: int | None = None, memory: float | None = None, microbatches: int | None = None,
+                bandwidth: float | None = None, method: str = "exact", time_limit: float | None = None):
+    """Data, tensor and pipeline parallelism planned together under Piper's model: what
+    ``devplace parallelize`` answers (`devplace_lite.multidim.parallelize`: parameters, returns
+    and errors there)."""
+    from .multidim import parallelize as _parallelize
+
+    return _parallelize(model, devices, memory, microbatches, bandwidth, method, time_limit)
 
 
 def plan(model: Any, example_inputs: Sequence[Any], **options: Any):

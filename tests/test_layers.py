@@ -26,7 +26,7 @@ LAYERS = [
     {"cost"},                                            # the one cost model
     {"result", "io", "generators", "schedule"},          # what methods return, read and generate
     {"ideals", "slicing", "dp", "exhaustive", "baselines", "heuristics", "mip", "bounds", "brkga",
-     "latency_model", "latency_bounds", "latency_search", "latency_segments", "sim", "rebalance", "rl",
+     "latency_model", "latency_bounds", "latency_search", "latency_segments", "multidim", "sim", "rebalance", "rl",
      "methods"},                                         # the algorithms (and their registry)
     {"solve"},                                           # the front door: budget, certificate, status
     {"", "cli", "commands", "exercises", "pipeline", "profile", "zoo", "plot", "student",

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from devplace_lite.errors import GraphError, UsageError
-from devplace_lite.parallelize import METHODS, evaluate, parallelize
-from devplace_lite.parallelize.generate import random_model
-from devplace_lite.parallelize.model import model_from_dict, model_to_dict, repeat_layer
-from devplace_lite.parallelize.plan import Stage
+from devplace_lite.multidim import METHODS, evaluate, parallelize
+from devplace_lite.multidim.generate import random_model
+from devplace_lite.multidim.model import model_from_dict, model_to_dict, repeat_layer
+from devplace_lite.multidim.plan import Stage
 
 
 def _first_stages(layers: frozenset, preds: dict) -> list[frozenset]:
@@ -108,11 +108,11 @@ def test_time_limit_returns_the_incumbent():
     assert r.objective == base and evaluate(m, r.stages)[0] == pytest.approx(base, rel=1e-12)
 
 
-def test_package_is_callable():
-    import devplace_lite.parallelize as pkg
+def test_the_package_root_plans_as_the_room_does():
+    import devplace_lite as dl
 
     m = random_model(1, layers=3)
-    assert pkg(m).objective == parallelize(m).objective
+    assert dl.parallelize(m).objective == parallelize(m).objective
 
 
 def test_infeasible_reason_names_the_layer():

@@ -7,7 +7,7 @@ devices, micro-batches, memory per device; bandwidth 25 GiB/s as in its experime
   folder, never into the project) with `piper_driver.cpp`, built with ``g++ -O3``; one planning
   call, CPU seconds by its own ``clock()``;
 * ours, in this process: ``exact`` (exact knapsack) and ``piper`` (Piper's greedy knapsack rule),
-  CPU seconds by ``time.process_time`` around `devplace_lite.parallelize.parallelize` on the
+  CPU seconds by ``time.process_time`` around `devplace_lite.multidim.parallelize` on the
   model already read (numba's compiled code is loaded once by a warm-up call before any timing,
   as Piper's binary is compiled before its run: that load is reported on its own line);
 
@@ -101,7 +101,7 @@ def load_model(key: str, transformers: int, binary: Path | None, tmp: Path):
     driver), since which layer its C++ hash set offers first decides where copies go and the
     transformer layers' times differ slightly; `repeat_layer` grows it by the same rule up to
     that order (``--piper-bin`` absent: ours only)."""
-    from devplace_lite.parallelize.model import read_model, repeat_layer
+    from devplace_lite.multidim.model import read_model, repeat_layer
 
     if transformers <= 32:
         return read_model(INPUTS / FILES[key])
@@ -114,7 +114,7 @@ def load_model(key: str, transformers: int, binary: Path | None, tmp: Path):
 
 
 def run_ours(model, k: int, n: int, gb: float, method: str, label: str) -> dict:
-    from devplace_lite.parallelize import parallelize
+    from devplace_lite.multidim import parallelize
 
     t0 = time.process_time()
     r = parallelize(model, devices=k, microbatches=n, memory=gb * GIB, bandwidth=BANDWIDTH, method=method)
@@ -184,7 +184,7 @@ def render(rows: list[dict], meta: dict) -> str:
 def run_baselines() -> int:
     """Time per sample of the exact plan and of each baseline against devices (BERT-32)."""
     from devplace_lite.io import write_json_atomic
-    from devplace_lite.parallelize import parallelize
+    from devplace_lite.multidim import parallelize
 
     model = load_model("bert", 32, None, HERE)
     rows = []
@@ -260,8 +260,8 @@ def main(argv=None) -> int:
         return 0
     if a.baselines:
         return run_baselines()
-    from devplace_lite.parallelize import parallelize
-    from devplace_lite.parallelize.generate import random_model
+    from devplace_lite.multidim import parallelize
+    from devplace_lite.multidim.generate import random_model
 
     t0 = time.process_time()
     parallelize(random_model(0, layers=3), method="exact")

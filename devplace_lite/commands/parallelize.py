@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 from .. import options
-from ..parallelize.model import MAX_DEVICES
+from ..multidim.model import MAX_DEVICES
 from . import emit
 
 HELP = "plan data, tensor and pipeline parallelism together (Piper's model and input format)"
@@ -27,7 +27,7 @@ _MICROBATCHES = options.Int(1, 1 << 20)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..parallelize import METHODS
+    from ..multidim import METHODS
 
     parser.add_argument("file", help="a model in Piper's JSON input format")
     parser.add_argument("-k", "--devices", type=_DEVICES, help=f"devices, 1..{MAX_DEVICES} (default: the file's maxDevices)")
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..files import check_output
-    from ..parallelize import parallelize
+    from ..multidim import parallelize
     from ..progress import Progress, shown
 
     if args.out:

@@ -1,7 +1,7 @@
 """Compiled inner loops of the planner (numba, imported only when a plan is computed).
 
 `knapsack` is the exact per-stage choice of TMPCs for every ``y``; `fill_ideal` is one step of
-the DP over pairs of ideals (`devplace_lite.parallelize.planner` states the recurrence).
+the DP over pairs of ideals (`devplace_lite.multidim.planner` states the recurrence).
 """
 
 from __future__ import annotations

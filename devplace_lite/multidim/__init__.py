@@ -11,8 +11,8 @@ Multidimensional Planner for DNN Parallelization", NeurIPS 2021.
 
 Example
 -------
->>> from devplace_lite.parallelize import parallelize
->>> from devplace_lite.parallelize.generate import random_model
+>>> from devplace_lite.multidim import parallelize
+>>> from devplace_lite.multidim.generate import random_model
 >>> r = parallelize(random_model(1, layers=4), devices=4)
 >>> r.status, r.objective is not None
 ('optimal', True)
@@ -21,9 +21,7 @@ Example
 from __future__ import annotations
 
 import os
-import sys
 import time
-import types
 
 from ..errors import UsageError
 from .model import Model, read_model, repeat_layer
@@ -95,13 +93,3 @@ def parallelize(model: Model | str | os.PathLike, devices: int | None = None, me
     r.seconds = time.monotonic() - start
     return r
 
-
-class _CallableModule(types.ModuleType):
-    """This package, callable: ``devplace_lite.parallelize(model, ...)`` is `parallelize` whether
-    the name is bound to the function or to the package (importing a submodule rebinds it)."""
-
-    def __call__(self, *args, **kwargs) -> Result:
-        return parallelize(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

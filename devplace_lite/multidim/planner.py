@@ -81,7 +81,6 @@ class _Arrays:
         n = len(layers)
         index = {x.id: i for i, x in enumerate(layers)}
         self.tvals = sorted({t for x in layers for t in x.tmpcs})
-        nT = len(self.tvals)
         ins: list[list[tuple[int, float]]] = [[] for _ in range(n)]
         outs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
         for u, v, c in model.edges:

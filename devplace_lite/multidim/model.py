@@ -250,7 +250,7 @@ def repeat_layer(model: Model, count: int, name: str = "ParallelTransformerLayer
 
     Examples
     --------
-    >>> from devplace_lite.parallelize.generate import random_model
+    >>> from devplace_lite.multidim.generate import random_model
     >>> m = random_model(0, layers=5, chain=True)
     >>> m = replace(m, layers=tuple(replace(x, name="T") for x in m.layers))
     >>> len(repeat_layer(m, 7, name="T").layers)
