@@ -348,9 +348,7 @@ def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = Non
     add("greedy", greedy_latency(graph, cluster).assignment)
     orders = blocks.orders()
     try:
-        from .latency_segments import articulation_units
-
-        from .latency_segments import articulation_split
+        from .latency_segments import articulation_split, articulation_units
 
         units = articulation_units(graph, cluster)
         place = np.full(len(blocks.nodes), units.max(initial=0))

@@ -381,7 +381,7 @@ def main_core(graph: Graph) -> np.ndarray | None:
 
     sources = [v for v in range(graph.n) if not graph.pred[v]]
     sinks = [v for v in range(graph.n) if not graph.succ[v]]
-    if len(sources) == 1 and len(sinks) == 1:
+    if not sources or (len(sources) == 1 and len(sinks) == 1):  # an empty graph has no core
         return None
     R = reachability(graph)
     np.fill_diagonal(R, True)
@@ -469,6 +469,8 @@ def articulation_units(graph: Graph, cluster: Cluster) -> np.ndarray:
     it into consecutive calls can cut where one tensor crosses."""
     from .latency_model import reachability
 
+    if graph.n == 0:
+        return np.zeros(0, dtype=np.int64)
     core = main_core(graph)
     core = np.arange(graph.n) if core is None else core
     a = _augment(graph.subgraph(core), cluster, LEVELS)

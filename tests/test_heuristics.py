@@ -212,7 +212,9 @@ def test_cli_json_contract(tmp_path, capsys, method):
     assert cli.main(["partition", str(path), "--method", method, "-k", "3", "--cpus", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     g = load_graph(path)
-    assert out["status"] == "feasible"
+    # a heuristic proves nothing itself: its answer is optimal only where the certificate meets it
+    assert out["status"] == "feasible" or (out["status"] == "optimal" and out["gap"] <= 1e-9)
+    assert out["bound"] is not None and out["bound"] <= out["objective"] * (1 + 1e-9)
     assert out["objective"] == pytest.approx(evaluate(g, Cluster(3, 1), out["placement"]).max_load, rel=1e-12)
     assert set(out["placement"]) == set(g.ids)
 

@@ -382,7 +382,7 @@ def test_an_output_that_names_no_file_is_refused_before_any_work(capsys, graph, 
     replaced the input ``g.json`` (``realpath`` drops the slash; ``stat`` of ``g.json/`` fails, so
     no same-file match)."""
     (tmp_path / "sub").mkdir()
-    monkeypatch.setattr(cli, "load_graph", lambda path: pytest.fail("loaded the graph before refusing the output"))
+    _no_loading(monkeypatch)
     before = graph.read_bytes()
     spelled = out.format(tmp=tmp_path, graph=graph)
     refused(capsys, f"cannot write '{spelled}'", *[a.format(graph=graph) for a in command], spelled)
@@ -390,8 +390,16 @@ def test_an_output_that_names_no_file_is_refused_before_any_work(capsys, graph, 
     assert os.listdir(tmp_path / "sub") == []
 
 
+def _no_loading(monkeypatch) -> None:
+    """Fail the test if a command loads its graph (the commands that write: partition, convert)."""
+    from devplace_lite.commands import _solve, convert
+
+    for module in (_solve, convert):
+        monkeypatch.setattr(module, "load_graph", lambda path: pytest.fail("loaded the graph before refusing the output"))
+
+
 def test_an_output_in_a_missing_folder_is_refused_before_any_work(capsys, graph, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "load_graph", lambda path: pytest.fail("loaded the graph before refusing the output"))
+    _no_loading(monkeypatch)
     refused(capsys, f"folder {tmp_path / 'none'} does not exist", "partition", graph, "--method", "time",
             "--out", tmp_path / "none" / "a.json")
 
@@ -483,7 +491,7 @@ from devplace_lite import methods
 def sleepy(graph, cluster, **kw):
     print("solving", file=sys.stderr, flush=True)
     time.sleep(60)
-methods.resolve = lambda registry, name, what="": sleepy
+methods.Method.load = lambda self: sleepy
 from devplace_lite.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -491,7 +499,7 @@ sys.exit(main(sys.argv[1:]))
 
 def test_ctrl_c_is_one_line_and_130(tmp_path, graph):
     out = tmp_path / "a.json"
-    p = subprocess.Popen([sys.executable, "-c", SLEEPY_METHOD, "partition", str(graph), "--method", "x",
+    p = subprocess.Popen([sys.executable, "-c", SLEEPY_METHOD, "partition", str(graph), "--method", "time",
                           "--json", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stderr.readline() == "solving\n"
     p.send_signal(signal.SIGINT)

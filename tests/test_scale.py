@@ -234,9 +234,10 @@ def test_info_leaves_the_width_out_past_its_size(capsys, tmp_path, monkeypatch):
     """Past WIDTH_NODES `info` says the width was not computed (null in --json), instead of
     spending half a minute on the max-flow at a million nodes."""
     from devplace_lite import cli
+    from devplace_lite.commands import info
     from devplace_lite.io import save_graph
 
-    monkeypatch.setattr(cli, "WIDTH_NODES", 10)
+    monkeypatch.setattr(info, "WIDTH_NODES", 10)
     p = tmp_path / "g.json"
     save_graph(generate("layered", 30, seed=0), p)
     assert cli.main(["info", str(p), "--json"]) == 0

@@ -248,7 +248,7 @@ register(id="08.4", name="my_bubble_from_events", title="idle share of a measure
          hint="the stages are busy for the sum of the durations (the fifth field); the step offers "
               "stages x step_ms of stage time")
 
-# -- 08.5  a schedule's forecast: step time and peak memory ----------------------------------------
+# -- 08.6  a schedule's forecast: step time and peak memory ----------------------------------------
 
 
 def one_f_one_b_forecast(forward, backward, static_bytes, activation_bytes, microbatches: int):
@@ -298,7 +298,7 @@ def _forecast_slips(case: Case) -> list:
              "add the static bytes (weights, gradients, optimizer state)")]
 
 
-register(id="08.5", name="my_1f1b_forecast", title="a schedule's forecast: step time and peak memory per stage",
+register(id="08.6", name="my_1f1b_forecast", title="a schedule's forecast: step time and peak memory per stage",
          reference=one_f_one_b_forecast, cases=_forecast_cases, compare=_pair, slips=_forecast_slips, fixed=2, n=20,
          forbidden=("devplace_lite.schedule_sim", "devplace_lite.schedule_search", "devplace_lite.pipeline"),
          hint="replay the boxes as in my_1f1b_step and, per stage, count the micro-batches forwarded and not yet "
