@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 # The compiled kernels, ahead of time for this CPU (devplace_lite/compiled.py): a command then
 # never imports numba. Without a C compiler this prints a note and the kernels use numba's JIT.
 AOT := $(VENV)/.aot-stamp
-$(AOT): $(STAMP) devplace_lite/compiled.py devplace_lite/dp.py devplace_lite/slicing.py
+$(AOT): $(STAMP) devplace_lite/compiled.py devplace_lite/throughput/dp.py devplace_lite/throughput/slicing.py
 	$(BIN)/python -m devplace_lite.compiled
 	touch $@
 
@@ -45,43 +45,43 @@ test-chapters: $(STAMP) $(NOTEBOOKS)
 # book from those notebooks into build/book/_build/html (warnings fail the build).
 EXECUTED := build/executed/full/.done
 $(EXECUTED): $(CHAPTERS) $(STAMP)
-	$(BIN)/python -m devplace_lite.book notebooks
+	$(BIN)/python -m devplace_lite.course.book notebooks
 	touch $@
 
 book: $(EXECUTED)
-	$(BIN)/python -m devplace_lite.book html
+	$(BIN)/python -m devplace_lite.course.book html
 
 # The executed .ipynb of every chapter and of the student edition (build/executed/full and
 # build/executed/full/student), as Colab and Binder open them.
 notebooks: $(STAMP)
-	$(BIN)/python -m devplace_lite.book notebooks --student
+	$(BIN)/python -m devplace_lite.course.book notebooks --student
 	touch $(EXECUTED) $(STUDENT_EXECUTED)
 
 # The whole book as one PDF (build/devplace_lite.pdf): the single-page HTML printed by Chromium
 # (found on the PATH, or Debian's chromium package installed when running as root; otherwise it
 # stops with one line naming the package). Fails when anything is wider than the page.
 pdf: $(EXECUTED)
-	$(BIN)/python -m devplace_lite.book pdf
+	$(BIN)/python -m devplace_lite.course.book pdf
 
 # The course edition: the book without solutions and rubrics (checks kept, exercises as stubs),
 # executed full size, as HTML (build/book-student/_build/html) and PDF (build/devplace_lite-student.pdf).
 STUDENT_EXECUTED := build/executed/full/student/.done
-$(STUDENT_EXECUTED): $(CHAPTERS) $(STAMP) devplace_lite/student.py
-	$(BIN)/python -m devplace_lite.book notebooks --edition student
+$(STUDENT_EXECUTED): $(CHAPTERS) $(STAMP) devplace_lite/course/student.py
+	$(BIN)/python -m devplace_lite.course.book notebooks --edition student
 	touch $@
 
 student-book: $(STUDENT_EXECUTED)
-	$(BIN)/python -m devplace_lite.book html --edition student
-	$(BIN)/python -m devplace_lite.book pdf --edition student
+	$(BIN)/python -m devplace_lite.course.book html --edition student
+	$(BIN)/python -m devplace_lite.course.book pdf --edition student
 
 # The authors' published workloads (MIT) from their public repository into build/reference;
 # then export DEVPLACE_REFERENCE=$(CURDIR)/build/reference/msr-dnn-partitioning
 reference: $(STAMP)
-	$(BIN)/python -m devplace_lite.reference build/reference/msr-dnn-partitioning
+	$(BIN)/python -m devplace_lite.course.reference build/reference/msr-dnn-partitioning
 
 # The student edition: solutions replaced by stubs, checks kept (build/student/chapters and /notebooks).
 student: $(STAMP)
-	$(BIN)/python -m devplace_lite.student chapters build/student
+	$(BIN)/python -m devplace_lite.course.student chapters build/student
 
 # Execute the student edition (FAST): unattempted exercises report "not attempted", nothing breaks.
 test-student: student
@@ -102,7 +102,7 @@ lab-student: student
 
 # Regenerate data/graphs/ byte for byte from the project's own generators and model zoo.
 data: $(STAMP)
-	$(BIN)/python -m devplace_lite.data_build data/graphs
+	$(BIN)/python -m devplace_lite.course.data_build data/graphs
 
 bench: $(STAMP) $(AOT)
 	$(BIN)/python -m benchmarks.run_all

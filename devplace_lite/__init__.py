@@ -41,7 +41,7 @@ from .result import Result
 from .solve import BOUND_TIME
 
 if TYPE_CHECKING:  # the bounds (and numba) load only when a bound is asked for
-    from .bounds.bound import Bound
+    from .result import Bound
 
 __all__ = ["BOUND", "Cluster", "ClusterError", "DevplaceError", "Evaluation", "Graph", "GraphError", "LATENCY",
            "LimitError", "Node", "PARTITION", "Result", "UsageError", "bound", "evaluate", "latency", "load_graph",

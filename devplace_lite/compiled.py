@@ -1,7 +1,7 @@
 """The library's compiled kernels: built ahead of time at install, numba's JIT otherwise.
 
 A kernel is a plain Python function over numpy arrays and numbers, written once where its
-algorithm lives (`devplace_lite.dp`, `devplace_lite.slicing`) and marked with `kernel` and its
+algorithm lives (`devplace_lite.throughput.dp`, `devplace_lite.throughput.slicing`) and marked with `kernel` and its
 numba signature. Two ways to run it compiled, the same code either way:
 
 * **Ahead of time.** ``make install`` runs ``python -m devplace_lite.compiled``, which compiles
@@ -20,7 +20,7 @@ rebuilt. ``DEVPLACE_JIT=1`` in the environment skips the ahead-of-time module.
 Example
 -------
 >>> import numpy as np
->>> from devplace_lite.slicing import _block_ends
+>>> from devplace_lite.throughput.slicing import _block_ends
 >>> _block_ends(np.arange(5.0), np.zeros(5, dtype=np.int64), np.zeros(5), 1e9, 3.0).tolist()
 [3, 4, 5, 5]
 >>> _block_ends.py_func is not None, _block_ends.mode in ("aot", "jit")
@@ -38,7 +38,7 @@ from types import CodeType
 from typing import Any, Callable
 
 #: Modules whose kernels the ahead-of-time build compiles.
-MODULES = ("dp", "slicing")
+MODULES = ("throughput.dp", "throughput.slicing")
 #: The extension module the build writes (``devplace_lite/_aot.<platform tag>.so``).
 AOT_MODULE = "_aot"
 

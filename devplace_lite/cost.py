@@ -235,3 +235,11 @@ def evaluate(graph: Graph, cluster: Cluster, placement: Placement) -> Evaluation
     return Evaluation(devices=cluster.names, compute=compute, comm=comm, memory=mem,
                       max_load=float(loads.max()), bottleneck=cluster.names[top],
                       split=split_kind(graph, cluster, a), violations=violations(graph, cluster, a))
+
+
+def allowed_kinds(graph: Graph, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """Which nodes may run on an accelerator (supported, within the memory cap), and which on
+    the CPU (a CPU time and a core)."""
+    acc = graph.supported & (cluster.k > 0) & (graph.memory <= cluster.memory)
+    cpu = ~np.isnan(graph.p_cpu) & (cluster.l > 0)
+    return acc, cpu

@@ -24,7 +24,7 @@ more than it needs and never torch) and the contract it keeps:
 * ``scales``: it answers on a million-node graph within a minute or two (measured in
   ``benchmarks/scale``); a `LimitError` for a size names these (`scalable`);
 * ``seeds_latency``: its split is one of the starts of the latency search
-  (`devplace_lite.latency_search`);
+  (`devplace_lite.single_sample.search`);
 * ``progress`` (bounds): it reports each bound it raises through ``on_progress`` as it goes, so
   that a call stopped midway keeps what its finished steps proved.
 
@@ -95,76 +95,76 @@ def _throughput(target: str, split: str, exact: bool, limit: str, summary: str, 
 
 
 PARTITION: dict[str, Method] = {
-    "single": _throughput("baselines:single_device", "chain", False, "polynomial", "everything on one accelerator",
+    "single": _throughput("throughput.baselines:single_device", "chain", False, "polynomial", "everything on one accelerator",
                           seeds_latency=True),
-    "uniform": _throughput("baselines:uniform", "chain", False, "polynomial", "equal numbers of units per stage",
+    "uniform": _throughput("throughput.baselines:uniform", "chain", False, "polynomial", "equal numbers of units per stage",
                            seeds_latency=True),
-    "parameters": _throughput("baselines:balance_by_parameters", "chain", False, "polynomial",
+    "parameters": _throughput("throughput.baselines:balance_by_parameters", "chain", False, "polynomial",
                               "stages of balanced memory (DeepSpeed's default)",
                               seeds_latency=True),
-    "time": _throughput("baselines:balance_by_time", "chain", False, "polynomial",
+    "time": _throughput("throughput.baselines:balance_by_time", "chain", False, "polynomial",
                         "stages of balanced compute, blind to transfers",
                         scales=True, seeds_latency=True),
-    "greedy": _throughput("baselines:greedy_fill", "chain", False, "polynomial",
+    "greedy": _throughput("throughput.baselines:greedy_fill", "chain", False, "polynomial",
                           "fill accelerators in order up to a share of the work",
                           scales=True, seeds_latency=True),
-    "random": _throughput("baselines:random_best_of", "any", False, "anytime", "best of random placements"),
-    "exhaustive": _throughput("baselines:exhaustive_chain", "chain", True, "anytime",
+    "random": _throughput("throughput.baselines:random_best_of", "any", False, "anytime", "best of random placements"),
+    "exhaustive": _throughput("throughput.baselines:exhaustive_chain", "chain", True, "anytime",
                               "every placement of the units (tiny graphs)"),
-    "dp": _throughput("dp:dp", "chain", True, "anytime", "the exact DP over ideals",
+    "dp": _throughput("throughput.dp:dp", "chain", True, "anytime", "the exact DP over ideals",
                       seeds_latency=True),
-    "linear": _throughput("dp:linear", "chain", False, "polynomial", "the best slicing of one topological order",
+    "linear": _throughput("throughput.dp:linear", "chain", False, "polynomial", "the best slicing of one topological order",
                           seeds_latency=True),
-    "pipedream": _throughput("dp:pipedream", "chain", False, "polynomial", "PipeDream's planner on one order",
+    "pipedream": _throughput("throughput.dp:pipedream", "chain", False, "polynomial", "PipeDream's planner on one order",
                              seeds_latency=True),
-    "kl": _throughput("heuristics.bisection:kl", "chain", False, "polynomial",
+    "kl": _throughput("throughput.heuristics.bisection:kl", "chain", False, "polynomial",
                       "recursive bisection with FM refinement, then local search",
                       scales=True),
-    "etf": _throughput("heuristics.list_scheduling:etf", "any", False, "polynomial",
+    "etf": _throughput("throughput.heuristics.list_scheduling:etf", "any", False, "polynomial",
                        "earliest-task-first list scheduling",
                        scales=True),
-    "heft": _throughput("heuristics.list_scheduling:heft", "any", False, "polynomial", "HEFT list scheduling",
+    "heft": _throughput("throughput.heuristics.list_scheduling:heft", "any", False, "polynomial", "HEFT list scheduling",
                         scales=True, seeds_latency=True),
-    "topo-fill": _throughput("heuristics.topo_fill:topo_fill", "chain", False, "polynomial",
+    "topo-fill": _throughput("throughput.heuristics.topo_fill:topo_fill", "chain", False, "polynomial",
                              "one pass in topological order towards equal shares",
                              scales=True, seeds_latency=True),
-    "local-search": _throughput("heuristics.local_search:local_search_method", "chain", False, "anytime",
+    "local-search": _throughput("throughput.heuristics.local_search:local_search_method", "chain", False, "anytime",
                                 "moves and swaps of boundary blocks from the balanced cut",
                                 scales=True),
-    "brkga": _throughput("brkga:brkga", "chain", False, "anytime", "genetic search over orders, each sliced"),
-    "ip": _throughput("mip.throughput:ip_chain", "chain", True, "anytime", "the chain integer program"),
-    "ip-contig": _throughput("mip.throughput:ip_contiguous", "contiguous", True, "anytime",
+    "brkga": _throughput("throughput.brkga:brkga", "chain", False, "anytime", "genetic search over orders, each sliced"),
+    "ip": _throughput("throughput.ip:ip_chain", "chain", True, "anytime", "the chain integer program"),
+    "ip-contig": _throughput("throughput.ip:ip_contiguous", "contiguous", True, "anytime",
                              "the contiguous integer program"),
-    "ip-noncontig": _throughput("mip.throughput:ip_noncontiguous", "any", True, "anytime",
+    "ip-noncontig": _throughput("throughput.ip:ip_noncontiguous", "any", True, "anytime",
                                 "the integer program over every placement"),
 }
 
 LATENCY: dict[str, Method] = {
-    "ip": Method("mip.latency:ip", "latency", "contiguous", True, "anytime",
+    "ip": Method("single_sample.ip:ip", "latency", "contiguous", True, "anytime",
                  "the latency integer program, warm-started from every split we know"),
-    "greedy": Method("latency_search:greedy_latency", "latency", "contiguous", False, "polynomial",
+    "greedy": Method("single_sample.search:greedy_latency", "latency", "contiguous", False, "polynomial",
                      "the authors' greedy: pack consecutive blocks while memory lasts"),
-    "local-search": Method("latency_search:local_search", "latency", "contiguous", False, "anytime",
+    "local-search": Method("single_sample.search:local_search", "latency", "contiguous", False, "anytime",
                            "moves of stage boundaries from the best split known"),
 }
 
 BOUND: dict[str, Method] = {
-    "combinatorial": Method("bounds.combinatorial:combinatorial_bound", "bound", "any", False, "polynomial",
+    "combinatorial": Method("throughput.bounds.combinatorial:combinatorial_bound", "bound", "any", False, "polynomial",
                             "neighbourhood and knapsack bounds"),
-    "stage-relax": Method("bounds:stage_relax", "bound", "chain", False, "anytime",
+    "stage-relax": Method("throughput.bounds:stage_relax", "bound", "chain", False, "anytime",
                           "one stage modelled exactly, maximised over the stage"),
-    "pinned": Method("bounds:pinned", "bound", "chain", False, "anytime", "the least load of a stage holding a unit"),
-    "reach": Method("bounds:reach", "bound", "chain", False, "anytime", "how much work s stages of load T cover"),
-    "exact-mip": Method("bounds:exact_mip", "bound", "chain", True, "anytime",
+    "pinned": Method("throughput.bounds:pinned", "bound", "chain", False, "anytime", "the least load of a stage holding a unit"),
+    "reach": Method("throughput.bounds:reach", "bound", "chain", False, "anytime", "how much work s stages of load T cover"),
+    "exact-mip": Method("throughput.bounds:exact_mip", "bound", "chain", True, "anytime",
                         "the dual bound of the exact ordered-stage MIP"),
-    "best": Method("bounds.best:best_bound", "bound", "chain", True, "anytime",
+    "best": Method("throughput.bounds.best:best_bound", "bound", "chain", True, "anytime",
                    "the above and the exact DP within a budget", progress=True),
 }
 
 
 
 LATENCY_BOUND: dict[str, Method] = {
-    "best": Method("latency_segments:best_latency_bound", "bound", "any", False, "anytime",
+    "best": Method("single_sample.segments:best_latency_bound", "bound", "any", False, "anytime",
                    "critical path and work, the path and interval programs, then the segment bound",
                    progress=True),
 }

@@ -19,7 +19,7 @@ Exactness: ``optimal`` is said only when a proven lower bound meets the objectiv
 on the optimum of the splits the method searches (``Method.split``): the chain optimum for
 pipeline methods, the optimum over every placement otherwise (which also bounds the contiguous
 optimum; a chain bound would not: a contiguous split can beat every chain); for latency, the
-latency bounds of `devplace_lite.latency_bounds` (valid for the answer's ``q`` calls per
+latency bounds of `devplace_lite.single_sample.bounds` (valid for the answer's ``q`` calls per
 accelerator).
 
 Cost: the method's own, plus at most ``bound_time`` seconds of certificate; with a time limit the
@@ -224,7 +224,7 @@ def bound(graph: Graph, cluster: Cluster, method: str = "best", *, time_limit: f
 
     Returns
     -------
-    `devplace_lite.bounds.bound.Bound`
+    `devplace_lite.result.Bound`
 
     Raises
     ------
@@ -238,7 +238,7 @@ def bound(graph: Graph, cluster: Cluster, method: str = "best", *, time_limit: f
         with overtime_after(left):
             return entry.load()(graph, cluster, time_limit=limit, on_progress=proven.append)
     except Overtime:  # its models outlasted the limit on a huge graph: what it proved, else the
-        from .bounds.combinatorial import node_bound  # bound every placement obeys
+        from .throughput.bounds.combinatorial import node_bound  # bound every placement obeys
 
         b = proven[-1] if proven else node_bound(graph, cluster)
         b.status = "time_limit" if b.status == "trivial" else b.status

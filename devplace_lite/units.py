@@ -25,7 +25,7 @@ chain split (and so the optimum):
    allowed on an accelerator) and that touches exactly one other unit, by any edge, joins that
    unit, to a fixpoint. Moving it beside its only neighbour never raises a load and keeps the
    chain; it may raise that device's memory, so ``fold=True`` marks the nodes ``folded`` and
-   the caller certifies that no memory test turned on them (`devplace_lite.dp`), while
+   the caller certifies that no memory test turned on them (`devplace_lite.throughput.dp`), while
    ``fold="memoryless"`` folds only units without memory (always exact); a boolean node mask
    names the free nodes directly (the bounds use one that depends on the cluster);
 4. units are numbered in a topological order of the arcs between them (Kahn's algorithm, ties

@@ -1,7 +1,7 @@
 """The rendered book: every page of the table of contents, built in FAST mode, opened in headless
 Chromium, as a reader sees it.
 
-The book is built once per session, the way ``make book`` builds it (``devplace_lite.book``):
+The book is built once per session, the way ``make book`` builds it (``devplace_lite.course.book``):
 every chapter executed two at a time in FAST mode, **with two busy processes beside them** (so
 every assert cell of every chapter runs once on a loaded 2-core machine), then ``jupyter-book
 build`` on the executed notebooks. Each page must show
@@ -16,14 +16,14 @@ build`` on the executed notebooks. Each page must show
   or reaching past the text column), at a desktop's width and at a small laptop's;
 * no path of the machine that built it.
 
-The book is built the way a newcomer builds it: ``python -m devplace_lite.book html`` and
+The book is built the way a newcomer builds it: ``python -m devplace_lite.course.book html`` and
 ``pdf`` run in a copy of this checkout whose ``origin`` is a local path (a clone of a clone), so
 a repository address the theme cannot parse fails the test. Smaller builds check the launch
 links (Colab, Binder) of a GitHub address and that another host, or no git at all, still
 builds. The PDF is measured the same way, laid out with print styles at the page's width.
 
 One screenshot per page lands in ``build/screens/``. Chromium is Debian's ``chromium`` package,
-installed here when missing and running as root (apt-get, `devplace_lite.book.ensure_chromium`);
+installed here when missing and running as root (apt-get, `devplace_lite.course.book.ensure_chromium`);
 the test skips, saying why, only where it cannot be installed.
 """
 
@@ -44,7 +44,7 @@ import pytest
 
 pytest.importorskip("yaml", reason="PyYAML comes with jupyter-book (the book extra)")
 
-from devplace_lite import book as bk  # noqa: E402
+from devplace_lite.course import book as bk  # noqa: E402
 
 ROOT = bk.ROOT
 CHAPTERS = bk.CHAPTERS
@@ -171,13 +171,13 @@ def checkout_copy(dest: Path, origin: str | None) -> Path:
 
 
 def book_command(checkout: Path, *args: str, url: str | None = None, timeout: int = 1800) -> subprocess.CompletedProcess:
-    """``python -m devplace_lite.book ARGS --fast`` in ``checkout``, with its own copy of the
+    """``python -m devplace_lite.course.book ARGS --fast`` in ``checkout``, with its own copy of the
     library (what ``make book`` and ``make pdf`` run there)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DEVPLACE_REPO_URL", "DEVPLACE_REPO_REF")}
     env["PYTHONPATH"] = str(checkout)
     if url:
         env["DEVPLACE_REPO_URL"] = url
-    return subprocess.run([sys.executable, "-m", "devplace_lite.book", *args, "--fast"], cwd=checkout, env=env,
+    return subprocess.run([sys.executable, "-m", "devplace_lite.course.book", *args, "--fast"], cwd=checkout, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -467,10 +467,10 @@ def test_nothing_wider_than_its_column_on_a_laptop(book, browser, name):
 
 @pytest.mark.slow
 def test_student_edition_has_no_solutions_and_no_rubrics(book, browser, tmp_path):
-    """`html --edition student`, on two chapters: the student edition (devplace_lite.student),
+    """`html --edition student`, on two chapters: the student edition (devplace_lite.course.student),
     executed, built with its own title; no solution, no answer sketch, no rubric on the page,
     the exercises' checks say "not attempted", and nothing is wider than its column."""
-    from devplace_lite.student import make_student
+    from devplace_lite.course.student import make_student
 
     chapters = ["00_preface", "01_placement_problem"]
     edition = tmp_path / "student"

@@ -14,13 +14,12 @@ import math
 import numpy as np
 import pytest
 
-from devplace_lite.bounds import (Bound, UnitModel, best_bound, classic_bound, combinatorial_bound, neighbourhood,
-                                  pinned_bound, reach_bound, stage_mip, window_relaxation)
-from devplace_lite.brkga import Slicer, brkga, slice_order
+from devplace_lite.throughput.bounds import Bound, UnitModel, best_bound, classic_bound, combinatorial_bound, neighbourhood, pinned_bound, reach_bound, stage_mip, window_relaxation
+from devplace_lite.throughput.brkga import Slicer, brkga, slice_order
 from devplace_lite.cli import main
 from devplace_lite.cost import evaluate
 from devplace_lite.devices import Cluster
-from devplace_lite.exhaustive import exhaustive
+from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, Node
 from devplace_lite.io import load_graph, save_graph
@@ -238,7 +237,7 @@ def test_slicer_cutoff_prunes_without_changing_the_optimum():
 
 
 def test_bounds_on_the_authors_workload(reference_dir):
-    from devplace_lite.dp import dp
+    from devplace_lite.throughput.dp import dp
 
     g = load_graph(reference_dir / "throughput-inputs" / "OperatorGraphs" / "bert_l-3_inference.json")
     c = Cluster(accelerators=4)
@@ -253,7 +252,7 @@ def test_bounds_on_the_authors_workload(reference_dir):
 def test_best_bound_survives_a_dp_out_of_time(monkeypatch):
     """A DP stopped by its share proves nothing, but its incumbent bounds the optimum above and
     the relaxations after it still run: the bound stays valid and the gap still closes."""
-    from devplace_lite import dp as dp_module
+    from devplace_lite.throughput import dp as dp_module
 
     real, runs = dp_module.dp, []
 
@@ -279,7 +278,7 @@ def test_a_highs_solve_is_cancelled_past_its_deadline():
     comes back interrupted, with a dual bound still valid."""
     import highspy
 
-    from devplace_lite.bounds.single_stage import StageSet
+    from devplace_lite.throughput.bounds.single_stage import StageSet
     from devplace_lite.generators import random_dag
     from devplace_lite.mip.solve import _run_interruptibly
     from devplace_lite.progress import Progress

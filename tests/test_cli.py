@@ -135,7 +135,7 @@ def test_a_latency_answer_carries_a_certifying_bound(capsys, tmp_path):
     """`devplace latency` bounds its answer as `partition` does (the latency bound registry:
     critical path, work, the path and interval programs, the segment bound); --bound-time 0
     skips it."""
-    from devplace_lite.latency_segments import best_latency_bound
+    from devplace_lite.single_sample.segments import best_latency_bound
     from devplace_lite.devices import Cluster
 
     p = tmp_path / "g.json"
@@ -152,8 +152,8 @@ def test_a_latency_answer_carries_a_certifying_bound(capsys, tmp_path):
 
 
 def test_a_latency_bound_past_the_reachability_limit_keeps_the_cheap_bounds(capsys, tmp_path, monkeypatch):
-    from devplace_lite import latency_model
-    from devplace_lite.latency_bounds import critical_path_bound, latency_bound, work_bound
+    from devplace_lite.single_sample import model as latency_model
+    from devplace_lite.single_sample.bounds import critical_path_bound, latency_bound, work_bound
     from devplace_lite.devices import Cluster
 
     p = tmp_path / "g.json"

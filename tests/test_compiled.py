@@ -9,11 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from devplace_lite import compiled, dp as dp_module, slicing
+from devplace_lite import compiled
+from devplace_lite.throughput import dp as dp_module, slicing
 from devplace_lite.devices import Cluster
-from devplace_lite.dp import dp, nested_pairs
+from devplace_lite.throughput.dp import dp, nested_pairs
 from devplace_lite.generators import FAMILIES, generate, with_backward
-from devplace_lite.ideals import enumerate_ideals
+from devplace_lite.throughput.ideals import enumerate_ideals
 from devplace_lite.units import unit_graph
 
 KERNELS = [dp_module._kernel, dp_module._count_pairs, slicing._block_ends, slicing._acc_costs, slicing._dp]

@@ -7,11 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devplace_lite.baselines import (balance_by_parameters, balance_by_time, greedy_fill, min_max_blocks,
-                                     random_best_of, single_device, uniform)
+from devplace_lite.throughput.baselines import balance_by_parameters, balance_by_time, greedy_fill, min_max_blocks, random_best_of, single_device, uniform
 from devplace_lite.cost import chain_order, device_loads, evaluate, split_kind
 from devplace_lite.devices import Cluster
-from devplace_lite.exhaustive import batch_loads, exhaustive
+from devplace_lite.throughput.exhaustive import batch_loads, exhaustive
 from devplace_lite.generators import FAMILIES, generate
 from devplace_lite.graph import Graph, Node
 

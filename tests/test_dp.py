@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from devplace_lite.devices import Cluster
-from devplace_lite.dp import dp, linear, pipedream
-from devplace_lite.exhaustive import exhaustive
+from devplace_lite.throughput.dp import dp, linear, pipedream
+from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.generators import FAMILIES, generate, layered, with_backward
 from devplace_lite.graph import Graph, Node
 from devplace_lite.io import load_graph
@@ -209,8 +209,8 @@ def test_reference_pruning_is_exact(reference_dir):
 def test_the_kernels_table_lists_every_ideal_and_its_maximal_units(seed):
     """`_Table`: colexicographic order (every sub-ideal first), rows that decode to each ideal's
     maximal units and the index of the ideal without each, bit-set words equal to the masks."""
-    import devplace_lite.dp as dp_module
-    from devplace_lite.ideals import enumerate_ideals
+    import devplace_lite.throughput.dp as dp_module
+    from devplace_lite.throughput.ideals import enumerate_ideals
     from devplace_lite.units import unit_graph
 
     g, _ = random_instance(seed)
@@ -237,7 +237,7 @@ def test_the_kernels_table_lists_every_ideal_and_its_maximal_units(seed):
 def test_the_kernel_resumes_between_calls(seed, monkeypatch):
     """The kernel stops after a budget of pairs and resumes at the next ideal, rebuilding its
     per-ideal hyperedge counts from that ideal's bits: one pair per call gives the same answer."""
-    import devplace_lite.dp as dp_module
+    import devplace_lite.throughput.dp as dp_module
 
     g, c = random_instance(seed)
     whole = dp(g, c)

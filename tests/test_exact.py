@@ -29,15 +29,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devplace_lite import bounds
-from devplace_lite.bounds.best import best_bound
-from devplace_lite.bounds.combinatorial import combinatorial_bound
+from devplace_lite.throughput import bounds
+from devplace_lite.throughput.bounds.best import best_bound
+from devplace_lite.throughput.bounds.combinatorial import combinatorial_bound
 from devplace_lite.cost import evaluate
 from devplace_lite.devices import Cluster
-from devplace_lite.dp import dp, linear
-from devplace_lite.exhaustive import exhaustive
+from devplace_lite.throughput.dp import dp, linear
+from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.graph import Graph, Node
-from devplace_lite.mip.throughput import ip_chain
+from devplace_lite.throughput.ip import ip_chain
 
 SEEDS = st.integers(0, 2**32 - 1)
 

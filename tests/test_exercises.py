@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from devplace_lite import schedule
-from devplace_lite.exercises import check, exercises, get, instance
-from devplace_lite.exercises.core import Case, Exercise, close, exact, register
+from devplace_lite.schedules import timeline as schedule
+from devplace_lite.course.exercises import check, exercises, get, instance
+from devplace_lite.course.exercises.core import Case, Exercise, close, exact, register
 from devplace_lite.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,7 +222,7 @@ def forgetful_latency_with_floor(convex=True, feasible=True):
     import itertools
 
     from devplace_lite.cost import max_load, violations
-    from devplace_lite.latency_model import evaluate_latency, reachability
+    from devplace_lite.single_sample.model import evaluate_latency, reachability
 
     def my_latency_with_floor(graph, cluster, floor):
         R = reachability(graph)

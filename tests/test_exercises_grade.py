@@ -19,15 +19,14 @@ import nbformat
 import pytest
 
 from devplace_lite.cli import main
-from devplace_lite.exercises import exercises
-from devplace_lite.exercises.grading import (Plan, csv_text, discover, grade_folder, resolve_seed, results_paths,
-                                             table)
+from devplace_lite.course.exercises import exercises
+from devplace_lite.course.exercises.grading import Plan, csv_text, discover, grade_folder, resolve_seed, results_paths, table
 
 CH01 = exercises("01")
 SEED = 20260907
 GOOD = textwrap.dedent('''
     import math
-    from devplace_lite import schedule
+    from devplace_lite.schedules import timeline as schedule
 
     def my_max_load(graph, cluster, assignment):
         load = [0.0] * cluster.size
@@ -263,7 +262,7 @@ def test_cli_bad_input_is_one_line_and_status_2(tmp_path, capsys):
 def small_class(tmp_path, monkeypatch):
     """Two submissions, a course naming a seed file, a FIFO; grading itself fails the test (every
     refusal below must come before any work)."""
-    import devplace_lite.exercises.grading as grading
+    import devplace_lite.course.exercises.grading as grading
 
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -322,7 +321,7 @@ def test_results_json_names_one_file_per_submission():
 def test_grade_writes_its_outputs_as_every_command_does(tmp_path, monkeypatch, capsys):
     """Atomic, keeping a replaced file's mode, through a symbolic link, no file left beside it
     (graded unsandboxed: what is tested is the writing)."""
-    import devplace_lite.exercises.sandbox as sandbox
+    import devplace_lite.course.exercises.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
     subs = tmp_path / "subs"
@@ -344,7 +343,7 @@ def test_grade_writes_its_outputs_as_every_command_does(tmp_path, monkeypatch, c
 
 
 def test_refuses_to_grade_without_bwrap_unless_told(tmp_path, monkeypatch, capsys):
-    import devplace_lite.exercises.sandbox as sandbox
+    import devplace_lite.course.exercises.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
     (tmp_path / "good.py").write_text(GOOD)
@@ -362,7 +361,7 @@ def test_pytest_plugin_selects_exercises(tmp_path, bwrap):
     (subs / "good.py").write_text(GOOD)
     (subs / "wrong.py").write_text(WRONG)
     report = tmp_path / "grades.xml"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "devplace_lite.exercises.pytest_plugin", str(subs),
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "devplace_lite.course.exercises.pytest_plugin", str(subs),
                         "--grade-exercise", "01.2", "--grade-exercise", "01.4", "--grade-seed", "31",
                         "--grade-timeout", "20", f"--junitxml={report}", "-q", "-p", "no:cacheprovider",
                         "-p", "no:randomly", "--rootdir", str(tmp_path)],
@@ -385,7 +384,7 @@ def test_the_exercise_clock_runs_for_loops_and_sleeps_but_not_for_a_busy_machine
     """The grader's budgets run on `RunClock`: a make test beside two busy loops timed out a quick
     answer on wall time. Here a worker shares one CPU with two busy loops: its clock runs at its
     share of the CPU (about a third), while a sleeping worker's clock runs with the wall."""
-    from devplace_lite.exercises.sandbox import RunClock
+    from devplace_lite.course.exercises.sandbox import RunClock
 
     loop = [sys.executable, "-c", "while True: pass"]
     pin = lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # noqa: E731 - one CPU for all

@@ -1,4 +1,4 @@
-"""The experts' splits against the optimum (`devplace_lite.experts`) and ``devplace evaluate
+"""The experts' splits against the optimum (`devplace_lite.course.experts`) and ``devplace evaluate
 --compare``: checked against loads and chain tests written here from the model alone, against
 every chain split of small graphs, and on the authors' published expert files when present."""
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from devplace_lite.cli import main
 from devplace_lite.devices import Cluster
-from devplace_lite.experts import BASELINES, bottleneck, compare_expert, compare_with, placement_owner, published
+from devplace_lite.course.experts import BASELINES, bottleneck, compare_expert, compare_with, placement_owner, published
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph
 from devplace_lite.io import load_graph, load_placement, save_graph

@@ -10,16 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devplace_lite import cli
-from devplace_lite.baselines import single_device, uniform
+from devplace_lite.throughput.baselines import single_device, uniform
 from devplace_lite.cost import device_loads, evaluate, split_kind
 from devplace_lite.devices import Cluster
-from devplace_lite.exhaustive import exhaustive
+from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.generators import FAMILIES, generate
 from devplace_lite.graph import Graph, GraphError, Node
-from devplace_lite.heuristics import etf, heft, kl, local_search, local_search_method, topo_fill
-from devplace_lite.heuristics.blocks import block_structure
-from devplace_lite.heuristics.incremental import LoadState
-from devplace_lite.heuristics.intervals import BothWays
+from devplace_lite.throughput.heuristics import etf, heft, kl, local_search, local_search_method, topo_fill
+from devplace_lite.throughput.heuristics.blocks import block_structure
+from devplace_lite.throughput.heuristics.incremental import LoadState
+from devplace_lite.throughput.heuristics.intervals import BothWays
 from devplace_lite.io import load_graph, save_graph
 from devplace_lite.methods import PARTITION, resolve
 from devplace_lite.errors import UsageError

@@ -23,7 +23,7 @@ from devplace_lite.cli import main
 from devplace_lite.errors import GraphError, LimitError, UsageError
 from devplace_lite.files import MAX_INPUT_BYTES, read_input, write_atomic
 from devplace_lite.devices import Cluster
-from devplace_lite.exhaustive import exhaustive
+from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.generators import generate
 from devplace_lite.io import graph_to_msr, load_graph, save_graph
 
@@ -551,7 +551,7 @@ def test_solver_output_on_fd1_never_reaches_stdout(capfd, graph):
     """Whatever native code writes on file descriptor 1 while a command runs goes nowhere."""
     def noisy(graph_, cluster, **kw):
         os.write(1, b"pressed CTRL-C 1 times\n")
-        from devplace_lite.baselines import balance_by_time
+        from devplace_lite.throughput.baselines import balance_by_time
         return balance_by_time(graph_, cluster, **kw)
     real = methods.Method.load
     methods.Method.load = lambda self: noisy
@@ -583,7 +583,7 @@ def test_time_limit_covers_the_certifying_bound(capsys, graph, monkeypatch, meth
     clock, seen = FakeClock(), {}
 
     def method(graph_, cluster, *, time_limit, seed):
-        from devplace_lite.baselines import balance_by_time
+        from devplace_lite.throughput.baselines import balance_by_time
         seen["method"] = time_limit
         clock.now += (time_limit or 0.0) if method_spends is None else method_spends
         return balance_by_time(graph_, cluster)
@@ -606,8 +606,8 @@ def test_time_limit_covers_the_certifying_bound(capsys, graph, monkeypatch, meth
 def test_a_certifying_bound_past_its_seconds_is_stopped_and_the_answer_stands(monkeypatch):
     """At 10^6 nodes building the bound's models outlasted --bound-time by 20 s; now an interval
     timer stops it (a bound that would sleep 60 s here: the flag says the timer fired)."""
-    import devplace_lite.bounds.best as best
-    from devplace_lite.baselines import balance_by_time
+    import devplace_lite.throughput.bounds.best as best
+    from devplace_lite.throughput.baselines import balance_by_time
 
     monkeypatch.setattr(best, "best_bound", lambda *a, **k: time.sleep(60))
     res = balance_by_time(generate("layered", 30, seed=0), Cluster(3))
@@ -619,9 +619,9 @@ def test_a_certifying_bound_past_its_seconds_is_stopped_and_the_answer_stands(mo
 
 def test_a_certifying_bound_stopped_midway_keeps_what_its_finished_steps_proved(monkeypatch):
     """best_bound reports each raised bound; stopped later, the answer keeps the last one."""
-    import devplace_lite.bounds.best as best
-    from devplace_lite.baselines import balance_by_time
-    from devplace_lite.bounds import Bound
+    import devplace_lite.throughput.bounds.best as best
+    from devplace_lite.throughput.baselines import balance_by_time
+    from devplace_lite.throughput.bounds import Bound
 
     def slow_after_a_step(graph, cluster, *, on_progress, **kw):
         on_progress(Bound(1.25, "best", 0.01, "time_limit", kind="chain"))
@@ -635,7 +635,7 @@ def test_a_certifying_bound_stopped_midway_keeps_what_its_finished_steps_proved(
 
 
 def test_best_bound_reports_every_raised_bound_and_ends_no_lower():
-    from devplace_lite.bounds.best import best_bound
+    from devplace_lite.throughput.bounds.best import best_bound
 
     seen = []
     b = best_bound(generate("layered", 40, seed=1), Cluster(4), time_limit=10, on_progress=seen.append)
@@ -671,7 +671,7 @@ def test_a_bound_past_the_time_limit_answers_with_the_node_bound(capsys, graph, 
 
 
 def test_a_bound_stopped_after_a_step_answers_with_what_that_step_proved(capsys, graph, monkeypatch):
-    from devplace_lite.bounds import Bound
+    from devplace_lite.throughput.bounds import Bound
 
     def best(g, c, *, time_limit=None, on_progress=None):  # every bound method's signature
         on_progress(Bound(0.75, "best", 0.01, "time_limit", kind="chain", extra={"components": {}}))
@@ -688,7 +688,7 @@ def test_a_bound_method_that_stops_just_past_its_limit_keeps_its_answer(capsys, 
     """A HiGHS child is killed `KILL_GRACE` past its limit; `bound` gave the method all of
     --time-limit, so the command's own stop fired first and exact-mip's bound (313 on BERT-L12,
     k = 6) was lost for the node bound (20). The method now gets the limit less `STOP_GRACE`."""
-    from devplace_lite.bounds import Bound
+    from devplace_lite.throughput.bounds import Bound
     from devplace_lite.mip.solve import KILL_GRACE
 
     def exact(g, c, *, time_limit=None, on_progress=None):  # stops at its limit plus the child's kill grace

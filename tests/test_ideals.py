@@ -11,7 +11,7 @@ import pytest
 from devplace_lite.generators import FAMILIES, generate, with_backward
 from devplace_lite.graph import Graph, Node
 from devplace_lite.dag import transitive_closure
-from devplace_lite.ideals import count_ideals, enumerate_ideals, width
+from devplace_lite.throughput.ideals import count_ideals, enumerate_ideals, width
 from devplace_lite.units import unit_graph
 from devplace_lite.io import load_graph
 from devplace_lite.errors import LimitError

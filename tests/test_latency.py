@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, GraphError, Node
-from devplace_lite.latency_model import (evaluate_latency, exhaustive_latency, level_pieces, reentry_pieces)
+from devplace_lite.single_sample.model import evaluate_latency, exhaustive_latency, level_pieces, reentry_pieces
 
 
 def chain4() -> Graph:

@@ -12,9 +12,8 @@ from latency_brute import brute_latency, instances
 
 from devplace_lite.devices import Cluster
 from devplace_lite.graph import Graph, Node
-from devplace_lite.latency_model import exhaustive_latency
-from devplace_lite.latency_bounds import (critical_path_bound, interval_bound, latency_bound, memory_levels,
-                                          path_bound, ready_bounds, work_bound)
+from devplace_lite.single_sample.model import exhaustive_latency
+from devplace_lite.single_sample.bounds import critical_path_bound, interval_bound, latency_bound, memory_levels, path_bound, ready_bounds, work_bound
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

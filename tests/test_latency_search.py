@@ -12,20 +12,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from latency_brute import brute_latency, instances
 
-import devplace_lite.latency_model as latency_mod
-import devplace_lite.latency_bounds as bounds_mod
-import devplace_lite.latency_search as search_mod
-import devplace_lite.mip.latency as ip_mod
+import devplace_lite.single_sample.model as latency_mod
+import devplace_lite.single_sample.bounds as bounds_mod
+import devplace_lite.single_sample.search as search_mod
+import devplace_lite.single_sample.ip as ip_mod
 from devplace_lite import methods
 from devplace_lite.cli import main
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, Node
 from devplace_lite.io import load_graph, save_graph
-from devplace_lite.latency_model import call_latency, evaluate_latency, latency_of, reentry_pieces
-from devplace_lite.latency_search import (Blocks, fit_calls, greedy_latency, improve, local_search, order_split,
-                                          start_splits)
-from devplace_lite.mip.latency import latency_ip
+from devplace_lite.single_sample.model import call_latency, evaluate_latency, latency_of, reentry_pieces
+from devplace_lite.single_sample.search import Blocks, fit_calls, greedy_latency, improve, local_search, order_split, start_splits
+from devplace_lite.single_sample.ip import latency_ip
 
 FAMILIES = ["layered", "series_parallel", "skip_chain", "cells", "random"]
 

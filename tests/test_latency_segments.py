@@ -1,4 +1,4 @@
-"""The segment bound (`devplace_lite.latency_segments`) against the exhaustive searches written
+"""The segment bound (`devplace_lite.single_sample.segments`) against the exhaustive searches written
 for the tests (`latency_brute`) and the library's (`exhaustive_latency`, more calls per
 accelerator), on tiny random graphs and on chains of small blocks like the published ones."""
 
@@ -13,11 +13,11 @@ from latency_brute import brute_latency, instances
 
 from devplace_lite.devices import Cluster
 from devplace_lite.graph import Graph, Node
-from devplace_lite.latency_model import exhaustive_latency
-from devplace_lite.latency_bounds import critical_path_bound, latency_bound, work_bound
+from devplace_lite.single_sample.model import exhaustive_latency
+from devplace_lite.single_sample.bounds import critical_path_bound, latency_bound, work_bound
 from devplace_lite.cost import violations
-from devplace_lite.latency_model import call_latency
-from devplace_lite.latency_segments import articulation_split, articulation_units, best_latency_bound, segment_bound
+from devplace_lite.single_sample.model import call_latency
+from devplace_lite.single_sample.segments import articulation_split, articulation_units, best_latency_bound, segment_bound
 
 
 @st.composite
@@ -201,7 +201,7 @@ def test_articulation_split_cuts_a_chain_of_blocks_where_one_tensor_crosses():
 def test_docstring_examples_run():
     import doctest
 
-    import devplace_lite.latency_segments as module
+    import devplace_lite.single_sample.segments as module
 
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
@@ -210,9 +210,9 @@ def test_docstring_examples_run():
 def test_segment_bound_and_the_articulation_start_refuse_graphs_past_the_table_limit(monkeypatch):
     """Both keep an n x n reachability table: past `REACH_NODES` they refuse before allocating it,
     and the latency search's starts go on without the articulation ones."""
-    from devplace_lite import latency_model
+    from devplace_lite.single_sample import model as latency_model
     from devplace_lite.errors import LimitError
-    from devplace_lite.latency_search import start_splits
+    from devplace_lite.single_sample.search import start_splits
 
     g, c = _block()
     monkeypatch.setattr(latency_model, "REACH_NODES", 4)

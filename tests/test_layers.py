@@ -18,20 +18,23 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "devplace_lite"
 
-# lowest first; a module's layer is that of its longest listed prefix
+# lowest first; a module's layer is that of its longest listed prefix. The rooms (subpackages
+# named after a problem) sit above the core modules at the package root, and one room may use
+# another only downwards: latency builds on throughput, never the reverse.
 LAYERS = [
-    {"errors", "dag", "files", "compiled", "progress"},  # no dependency inside the package
+    {"errors", "dag", "files", "compiled", "progress", "methods"},  # no dependency inside the package
     {"graph", "devices"},                                # the data model
     {"units"},                                           # the one unit model
     {"cost"},                                            # the one cost model
-    {"result", "io", "generators", "schedule"},          # what methods return, read and generate
-    {"ideals", "slicing", "dp", "exhaustive", "baselines", "heuristics", "mip", "bounds", "brkga",
-     "latency_model", "latency_bounds", "latency_search", "latency_segments", "multidim", "sim", "rebalance", "rl",
-     "methods"},                                         # the algorithms (and their registry)
+    {"result", "io", "generators", "sim", "plot", "options"},  # what methods return, read, generate, draw
+    {"mip"},                                             # the integer-program engine
+    {"throughput"},                                      # the max-load problem: methods and bounds
+    {"single_sample", "schedules", "multidim", "rl"},    # problems that build on it
     {"solve"},                                           # the front door: budget, certificate, status
-    {"", "cli", "commands", "exercises", "pipeline", "profile", "zoo", "plot", "student",
-     "data_build", "schedule_sim", "schedule_search"},                                      # what users and chapters call
+    {"", "cli", "commands", "pipeline", "zoo", "course"},  # what users, chapters and the course call
 ]
+#: The rooms: subpackages named after the problem they solve (docs/design.md says why each).
+ROOMS = ("throughput", "single_sample", "schedules", "multidim", "rl", "pipeline", "course", "mip", "commands", "zoo")
 
 
 def _modules() -> dict[str, Path]:
@@ -80,6 +83,22 @@ def import_graph() -> nx.DiGraph:
     return g
 
 
+def room(mod: str) -> str:
+    """The room a module lives in: ``core`` for the shared model at the package root, and the
+    front door (``solve``), the command line (``cli``) and the public surface (``__init__``) apart."""
+    top = mod.split(".")[0]
+    return top if top in ROOMS else {"": "__init__", "solve": "solve", "cli": "cli"}.get(mod, "core")
+
+
+def room_graph() -> nx.DiGraph:
+    """Which room imports which (the picture in docs/design.md)."""
+    g = nx.DiGraph()
+    for a, b in import_graph().edges:
+        if room(a) != room(b):
+            g.add_edge(room(a), room(b))
+    return g
+
+
 def layer(mod: str) -> int:
     best, rank = -1, None
     for i, names in enumerate(LAYERS):
@@ -107,8 +126,24 @@ def test_the_import_graph_has_no_cycle():
     assert not cycles, f"import cycles: {cycles}"
 
 
-@pytest.mark.parametrize("mod,forbidden", [("sim", "plot"), ("latency_model", "plot"), ("brkga", "bounds"),
-                                           ("cost", "dp"), ("graph", "cost")])
+def test_the_rooms_import_one_way():
+    g = room_graph()
+    cycles = [c for c in nx.strongly_connected_components(g) if len(c) > 1]
+    assert not cycles, f"rooms that import each other: {cycles}"
+
+
+def test_the_package_root_holds_the_core_and_the_rooms_only():
+    """A new module goes into the room of its problem; the root keeps the shared model."""
+    core = {"", "cli", "compiled", "cost", "dag", "devices", "errors", "files", "generators", "graph", "io",
+            "methods", "options", "plot", "progress", "result", "sim", "solve", "units"}
+    stray = sorted(m for m in MODULES if room(m) not in ROOMS and m not in core)
+    assert not stray, f"modules at the package root outside the core: {stray}; put each in the room of its problem"
+    assert {p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()} == set(ROOMS)
+
+
+@pytest.mark.parametrize("mod,forbidden", [("sim", "plot"), ("single_sample.model", "plot"), ("throughput.brkga", "throughput.bounds"),
+                                           ("cost", "throughput"), ("graph", "cost"), ("throughput", "single_sample"),
+                                           ("single_sample", "course"), ("throughput", "pipeline")])
 def test_named_rules(mod, forbidden):
     """The rules the issue names, spelled out (each also follows from the layers)."""
     g = import_graph()
@@ -118,7 +153,7 @@ def test_named_rules(mod, forbidden):
 
 def test_the_package_and_its_public_surface_import_without_torch():
     code = ("import sys, devplace_lite as d; d.partition, d.bound, d.load_graph, d.Cluster, d.evaluate; "
-            "import devplace_lite.cli, devplace_lite.dp, devplace_lite.bounds, devplace_lite.mip.throughput; "
+            "import devplace_lite.cli, devplace_lite.throughput.dp, devplace_lite.throughput.bounds, devplace_lite.throughput.ip; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -127,3 +162,8 @@ def test_the_package_and_its_public_surface_import_without_torch():
 
 def test_the_package_is_typed():
     assert (PKG / "py.typed").is_file()
+
+
+if __name__ == "__main__":  # python tests/test_layers.py: the room graph, for docs/design.md
+    for a, b in sorted(room_graph().edges):
+        print(f"{a} -> {b}")

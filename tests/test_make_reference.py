@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devplace_lite import reference
+from devplace_lite.course import reference
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -76,10 +76,10 @@ def test_fetch_fails_whole_and_leaves_the_old_copy(stand_in, tmp_path):
 def test_command_line(stand_in, tmp_path):
     url, _, commit = stand_in
     dest = tmp_path / "out" / reference.NAME
-    r = subprocess.run([sys.executable, "-m", "devplace_lite.reference", str(dest), "--url", url, "--commit", commit],
+    r = subprocess.run([sys.executable, "-m", "devplace_lite.course.reference", str(dest), "--url", url, "--commit", commit],
                        capture_output=True, text=True)
     assert r.returncode == 0 and f"export DEVPLACE_REFERENCE={dest}" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "devplace_lite.reference", str(dest), "--url", url, "--commit", "f" * 40],
+    r = subprocess.run([sys.executable, "-m", "devplace_lite.course.reference", str(dest), "--url", url, "--commit", "f" * 40],
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("devplace reference:")
 

@@ -15,7 +15,7 @@ import pytest
 
 import devplace_lite as dl
 from devplace_lite.devices import Cluster
-from devplace_lite.exhaustive import exhaustive
+from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.generators import generate, layered
 from devplace_lite.methods import BOUND, LATENCY, LIMITS, PARTITION, PROBLEMS, SPLITS, resolve
 from devplace_lite.result import STATUSES

@@ -9,9 +9,10 @@ cp = pytest.importorskip("cvxpy")
 
 from devplace_lite.devices import Cluster  # noqa: E402
 from devplace_lite.generators import generate, with_backward  # noqa: E402
-from devplace_lite.mip.cvx import latency_problem, throughput_problem  # noqa: E402
-from devplace_lite.mip.latency import latency_ip  # noqa: E402
-from devplace_lite.mip.throughput import throughput_ip  # noqa: E402
+from devplace_lite.single_sample.ip_cvx import latency_problem
+from devplace_lite.throughput.ip_cvx import throughput_problem  # noqa: E402
+from devplace_lite.single_sample.ip import latency_ip  # noqa: E402
+from devplace_lite.throughput.ip import throughput_ip  # noqa: E402
 
 
 @pytest.mark.parametrize("g,c", [

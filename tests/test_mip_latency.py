@@ -12,10 +12,10 @@ from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.graph import GraphError, Node
 from devplace_lite.io import save_graph
-from devplace_lite.latency_model import evaluate_latency, exhaustive_latency, latency_of, reentry_pieces
-from devplace_lite.latency_search import greedy_latency, unit_blocks
-from devplace_lite.mip.latency import _LatencyModel, latency_ip
-from devplace_lite.mip.throughput import UnitData
+from devplace_lite.single_sample.model import evaluate_latency, exhaustive_latency, latency_of, reentry_pieces
+from devplace_lite.single_sample.search import greedy_latency, unit_blocks
+from devplace_lite.single_sample.ip import _LatencyModel, latency_ip
+from devplace_lite.throughput.ip import UnitData
 
 FAMILIES = ["layered", "series_parallel", "skip_chain", "cells", "random"]
 

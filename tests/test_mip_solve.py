@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from devplace_lite.bounds.stages import stage_mip
+from devplace_lite.throughput.bounds.stages import stage_mip
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import layered
 from devplace_lite.mip import solve as S
@@ -109,7 +109,7 @@ def _times_scaled(tmp_path, factor: float, every: int = 1):
 def test_times_in_any_unit_give_the_same_split(tmp_path, solver, factor):
     """Times of 1e9 made HiGHS call a split of 70x the optimum optimal, SCIP one of 22x; from
     1e15 on both errored. The model is rescaled, so the optimum scales with the times."""
-    from devplace_lite.mip.throughput import throughput_ip
+    from devplace_lite.throughput.ip import throughput_ip
 
     _, base = _times_scaled(tmp_path, 1.0)
     _, big = _times_scaled(tmp_path, factor)
@@ -144,7 +144,7 @@ def test_times_too_far_apart_are_refused_in_one_line(tmp_path, capsys):
     methods refuse; a heuristic's certifying bound keeps the bounds that need no IP."""
     from devplace_lite.cli import main
     from devplace_lite.errors import LimitError
-    from devplace_lite.mip.throughput import throughput_ip
+    from devplace_lite.throughput.ip import throughput_ip
 
     p, g = _times_scaled(tmp_path, 1e16, every=4)
     with pytest.raises(LimitError, match="too far apart"):

@@ -13,11 +13,11 @@ from devplace_lite.cli import main
 from devplace_lite.cost import evaluate
 from devplace_lite.devices import Cluster
 from devplace_lite.errors import UsageError
-from devplace_lite.exhaustive import exhaustive
+from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.generators import generate, with_backward
 from devplace_lite.graph import Graph, Node
 from devplace_lite.io import load_graph, save_graph
-from devplace_lite.mip.throughput import UnitData, _DeviceModel, _StageModel, throughput_ip
+from devplace_lite.throughput.ip import UnitData, _DeviceModel, _StageModel, throughput_ip
 
 FAMILIES = ["layered", "series_parallel", "skip_chain", "cells", "random"]
 EXHAUSTIVE_KIND = {"chain": "chain", "contiguous": "contiguous", "noncontiguous": "any"}
@@ -69,7 +69,7 @@ def test_highs_and_no_warm_start_agree(seed):
 
 
 def test_chain_ip_equals_dp():
-    dp = pytest.importorskip("devplace_lite.dp")
+    dp = pytest.importorskip("devplace_lite.throughput.dp")
     for seed in (1, 3, 7):
         g, c = generate(FAMILIES[seed % 5], 10, seed=seed), Cluster(3, 0)
         assert close(throughput_ip(g, c, "chain", warm_start=None).objective, dp.dp(g, c).objective)
@@ -78,7 +78,7 @@ def test_chain_ip_equals_dp():
 def test_the_dp_cut_closes_what_the_solver_alone_does_not():
     """ResNet-50 layers on 8 accelerators: the chain IP's relaxation stayed 75 % below the optimum
     after 60 s (benchmarks/mip); the DP's proven value as a row closes it at the first LP."""
-    dp = pytest.importorskip("devplace_lite.dp")
+    dp = pytest.importorskip("devplace_lite.throughput.dp")
     g = load_graph(Path(__file__).parent.parent / "data/graphs/resnet50_layer_inference.json")
     c = Cluster(8, 1, memory=g.defaults.get("memory", math.inf))
     r = throughput_ip(g, c, "chain", solver="highs", time_limit=120, dp_cut=True)
@@ -242,7 +242,7 @@ def test_the_orbitope_rows_keep_exactly_one_labelling_of_each_split(seed):
     """symmetry="orbitope": every feasible split, labelled as `canonical_labels` does, is a model
     point with its load (no split is lost), and a relabelling of two used accelerators is not
     (the k! labellings are cut to one)."""
-    from devplace_lite.mip.throughput import canonical_labels
+    from devplace_lite.throughput.ip import canonical_labels
 
     g, c = case(seed)
     rng = np.random.default_rng(seed)
@@ -268,7 +268,7 @@ def test_the_orbitope_rows_keep_exactly_one_labelling_of_each_split(seed):
 def test_orbitope_rows_and_the_combinatorial_cut_keep_the_optimum(seed):
     """The contiguous and non-contiguous IPs with the orbitope rows and the chapter 05 cut equal
     the exhaustive optimum, on SCIP and HiGHS alternately, and the cut is below it."""
-    from devplace_lite.bounds import combinatorial_bound
+    from devplace_lite.throughput.bounds import combinatorial_bound
 
     g, c = case(seed)
     comb = combinatorial_bound(g, c).bound

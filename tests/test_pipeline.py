@@ -20,7 +20,7 @@ from devplace_lite.devices import Cluster  # noqa: E402
 from devplace_lite.graph import Graph, GraphError, Node  # noqa: E402
 from devplace_lite.pipeline import (build_plan, check_resources, measure_stages, run_pipeline,  # noqa: E402
                                     run_pipelines, split_module, stage_map)
-from devplace_lite.profile import profile, trace  # noqa: E402
+from devplace_lite.pipeline.profile import profile, trace  # noqa: E402
 
 
 class Skippy(nn.Module):

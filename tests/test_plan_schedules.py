@@ -19,8 +19,8 @@ from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph  # noqa: E402
 from devplace_lite.pipeline.planner import plan, plan_graph, segment_costs  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch  # noqa: E402
-from devplace_lite.schedule_search import evaluate  # noqa: E402
-from devplace_lite.schedule_sim import SCHEDULES  # noqa: E402
+from devplace_lite.schedules.search import evaluate  # noqa: E402
+from devplace_lite.schedules.simulate import SCHEDULES  # noqa: E402
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))

@@ -10,10 +10,10 @@ import pytest
 from devplace_lite import progress
 from devplace_lite.cli import main
 from devplace_lite.devices import Cluster
-from devplace_lite.dp import dp
+from devplace_lite.throughput.dp import dp
 from devplace_lite.generators import generate
 from devplace_lite.io import save_graph
-from devplace_lite.mip.throughput import throughput_ip
+from devplace_lite.throughput.ip import throughput_ip
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ import pytest
 
 from devplace_lite.cli import main
 from devplace_lite.devices import Cluster
-from devplace_lite.dp import dp, linear, pipedream
+from devplace_lite.throughput.dp import dp, linear, pipedream
 from devplace_lite.io import load_graph
 from devplace_lite.units import backward_only
 

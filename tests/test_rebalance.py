@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 
 from devplace_lite.cost import device_loads, evaluate
 from devplace_lite.devices import Cluster
-from devplace_lite.exhaustive import exhaustive
+from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.generators import FAMILIES, generate
 from devplace_lite.graph import GraphError
-from devplace_lite.heuristics import etf, kl
-from devplace_lite.rebalance import measure_with, perturbed, rebalance
+from devplace_lite.throughput.heuristics import etf, kl
+from devplace_lite.throughput.rebalance import measure_with, perturbed, rebalance
 from devplace_lite.errors import UsageError
 
 

@@ -18,22 +18,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devplace_lite import methods
-from devplace_lite.baselines import balance_by_time, random_best_of
-from devplace_lite.bounds.best import best_bound
-from devplace_lite.bounds.combinatorial import combinatorial_bound
+from devplace_lite.throughput.baselines import balance_by_time, random_best_of
+from devplace_lite.throughput.bounds.best import best_bound
+from devplace_lite.throughput.bounds.combinatorial import combinatorial_bound
 from devplace_lite.cli import main
 from devplace_lite.cost import chain_order, evaluate
 from devplace_lite.devices import Cluster
-from devplace_lite.dp import dp, linear, pipedream
+from devplace_lite.throughput.dp import dp, linear, pipedream
 from devplace_lite.errors import LimitError
-from devplace_lite.exhaustive import exhaustive
+from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, Node
-from devplace_lite.heuristics.list_scheduling import etf, heft
-from devplace_lite.ideals import count_ideals, enumerate_ideals, width
-from devplace_lite.mip import throughput
+from devplace_lite.throughput.heuristics.list_scheduling import etf, heft
+from devplace_lite.throughput.ideals import count_ideals, enumerate_ideals, width
+from devplace_lite.throughput import ip as throughput
 from devplace_lite.result import unplaceable
-from devplace_lite import slicing
+from devplace_lite.throughput import slicing
 from devplace_lite.units import unit_graph
 
 EMPTY = {"format": "devplace-graph", "version": 1, "nodes": [], "edges": []}
@@ -172,7 +172,7 @@ def test_ideal_counts_refuse_by_size_before_any_work(big):
     assert count_ideals(poset, limit=poset.size) is None  # the U + 1 prefixes alone pass it
     with pytest.raises(LimitError, match="more than 1,000 ideals"):
         enumerate_ideals(poset, limit=1_000)
-    from devplace_lite import ideals
+    from devplace_lite.throughput import ideals
     small = unit_graph(generate("layered", 300, seed=1), fold=True)
     expected = len(enumerate_ideals(small, 10**6))
     old = ideals.MASK_BYTES
@@ -199,11 +199,11 @@ def test_what_does_not_scale_says_so_in_one_line(monkeypatch, capsys, tmp_path):
     # the DP's refusal names the DP and what answers instead, not its first step
     with pytest.raises(LimitError, match=r"the DP cannot take a graph this large .*use a method that scales \(time,"):
         dp(g, c)
-    from devplace_lite import dp as dp_module
+    from devplace_lite.throughput import dp as dp_module
     # exhaustive search suggests the DP only where the DP answers
     with pytest.raises(LimitError, match="use dp or ip for"):
         exhaustive(g, c)
-    monkeypatch.setattr("devplace_lite.exhaustive.DP_UNITS", 100)
+    monkeypatch.setattr("devplace_lite.throughput.exhaustive.DP_UNITS", 100)
     with pytest.raises(LimitError, match=r"use a method that scales \(time, greedy"):
         exhaustive(g, c)
     monkeypatch.setattr(dp_module, "PIPEDREAM_WORK", 1e4)

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devplace_lite.errors import UsageError
-from devplace_lite.schedule_search import SegmentCosts, _Split, evaluate, global_bound, search
-from devplace_lite.schedule_sim import SCHEDULES, stage_to_rank, stages_per_rank
+from devplace_lite.schedules.search import SegmentCosts, _Split, evaluate, global_bound, search
+from devplace_lite.schedules.simulate import SCHEDULES, stage_to_rank, stages_per_rank
 
 
 def _instance(data, n_lo=2, n_hi=7):
@@ -69,7 +69,7 @@ def test_search_is_exhaustively_optimal_and_bounds_hold(data):
 
 
 def test_budget_and_local_search_state_their_bound(monkeypatch):
-    import devplace_lite.schedule_search as ss
+    import devplace_lite.schedules.search as ss
 
     c = SegmentCosts([1.0 + (i % 3) for i in range(12)], [2.0 + (i % 5) for i in range(12)])
     full = search(c, "1f1b", 3, 6)

@@ -1,7 +1,7 @@
 """The schedule simulator: torch's action orders, the replay's rules, and the closed formulas.
 
 The orders are checked against torch's own classes (GPipe's IR in full, 1F1B's sequence of
-kinds); the replay against the recurrence of `devplace_lite.schedule.gpipe` for any stage times,
+kinds); the replay against the recurrence of `devplace_lite.schedules.timeline.gpipe` for any stage times,
 against the closed formulas where they are exact (equal stages, no transfer), against the
 schedules' textbook in-flight counts for memory, and against its own invariants (dependencies
 met, one action at a time per rank, monotone in every time) on random instances.
@@ -16,10 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devplace_lite import schedule
+from devplace_lite.schedules import timeline as schedule
 from devplace_lite.errors import UsageError
-from devplace_lite.schedule_sim import (SCHEDULES, Action, action_order, plot_gantt, replay, simulate, stage_to_rank,
-                                        stages_per_rank)
+from devplace_lite.schedules.simulate import SCHEDULES, Action, action_order, plot_gantt, replay, simulate, stage_to_rank, stages_per_rank
 
 MULTI = [s for s, sp in SCHEDULES.items() if sp.per_rank > 1]
 
@@ -217,7 +216,7 @@ def test_bad_input_is_a_usage_error():
 
 
 def test_import_stays_torch_free():
-    code = ("import sys, devplace_lite.schedule_sim as s; s.simulate('1f1b', 2, 4, {'F': [1, 1], 'B': [1, 1]}); "
+    code = ("import sys, devplace_lite.schedules.simulate as s; s.simulate('1f1b', 2, 4, {'F': [1, 1], 'B': [1, 1]}); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devplace_lite.baselines import balance_by_time
+from devplace_lite.throughput.baselines import balance_by_time
 from devplace_lite.cost import device_loads, max_load
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate

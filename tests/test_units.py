@@ -5,13 +5,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devplace_lite import baselines, dp
+from devplace_lite.throughput import baselines, dp
 from devplace_lite.cost import device_loads
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import FAMILIES, generate
 from devplace_lite.graph import Graph, Node
-from devplace_lite.heuristics import kl, local_search_method, topo_fill
-from devplace_lite.heuristics.blocks import block_structure
+from devplace_lite.throughput.heuristics import kl, local_search_method, topo_fill
+from devplace_lite.throughput.heuristics.blocks import block_structure
 from devplace_lite.units import backward_only, class_arcs, order_edges, pipeline_units, unit_graph
 
 # every method that moves whole units along the unit order

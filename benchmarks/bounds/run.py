@@ -3,10 +3,10 @@
 For every testbed graph and k in {2, 4, 8, 16, 32, 64}, on k accelerators without CPU cores or
 memory caps (the inference-style model of Archer et al., 2024):
 
-* best-found: the least max-load of the BRKGA order search (`devplace_lite.brkga`, 10 s), the
-  exact ideal DP (`devplace_lite.dp`, when the graph has at most 50,000 ideals, 30 s), the
+* best-found: the least max-load of the BRKGA order search (`devplace_lite.throughput.brkga`, 10 s), the
+  exact ideal DP (`devplace_lite.throughput.dp`, when the graph has at most 50,000 ideals, 30 s), the
   exact MIP's incumbent and the upper bound `best_bound` saw;
-* every lower bound of `devplace_lite.bounds`, each with its own time limit: ``classic``
+* every lower bound of `devplace_lite.throughput.bounds`, each with its own time limit: ``classic``
   (``max(sum p / k, max p)``), ``combinatorial``, ``stage-relax`` (20 s), ``pinned`` (10 s),
   ``reach`` (30 s), ``exact-mip`` (20 s), ``best-nodp`` (`best_bound` without the DP, 60 s)
   and ``best`` (60 s). When the combinatorial bound already meets the best split found,
@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 
 from devplace_lite import generators
-from devplace_lite.bounds import best_bound, classic_bound, combinatorial_bound, exact_mip, pinned, reach, stage_relax
-from devplace_lite.brkga import brkga
+from devplace_lite.throughput.bounds import best_bound, classic_bound, combinatorial_bound, exact_mip, pinned, reach, stage_relax
+from devplace_lite.throughput.brkga import brkga
 from devplace_lite.devices import Cluster
 from devplace_lite.io import load_graph, read_json, write_json_atomic
-from devplace_lite.reference import reference_dir
+from devplace_lite.course.reference import reference_dir
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -101,8 +101,8 @@ def run_instance(group: str, name: str, source, k: int) -> dict:
     t = time.perf_counter()
     r = brkga(g, c, time_limit=10.0, seed=0)
     rec["uppers"]["brkga"] = {"value": r.objective, "seconds": round(time.perf_counter() - t, 3)}
-    from devplace_lite.dp import dp
-    from devplace_lite.ideals import count_ideals
+    from devplace_lite.throughput.dp import dp
+    from devplace_lite.throughput.ideals import count_ideals
 
     ideals = count_ideals(g, 50_000)
     rec["ideals"] = ideals

@@ -1,4 +1,4 @@
-"""Speed of the exact throughput DP (`devplace_lite.dp`) on the authors' workloads and on the
+"""Speed of the exact throughput DP (`devplace_lite.throughput.dp`) on the authors' workloads and on the
 project's own graphs, and the authors' C++ program on theirs, measured in the same run. Writes
 results.json and the table in README.md.
 
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from devplace_lite.reference import reference_dir
+from devplace_lite.course.reference import reference_dir
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -77,14 +77,14 @@ def workloads(quick: bool) -> list[tuple[str, Path]]:
 def measure(path: Path, zoo: bool) -> dict:
     """Run in a fresh process: solve one workload and report sizes, times and peak memory.
 
-    Also the CPU time inside ``devplace_lite.dp._solve`` (the kernel's calls, the table
+    Also the CPU time inside ``devplace_lite.throughput.dp._solve`` (the kernel's calls, the table
     allocation and the back-pointer walk; not the unit graph, the ideals or the upper bound).
     """
-    import devplace_lite.dp as dp_module
+    import devplace_lite.throughput.dp as dp_module
     from devplace_lite.devices import Cluster
-    from devplace_lite.dp import _kernel, dp, linear, nested_pairs, pipedream
+    from devplace_lite.throughput.dp import _kernel, dp, linear, nested_pairs, pipedream
     from devplace_lite.generators import generate
-    from devplace_lite.ideals import enumerate_ideals, width
+    from devplace_lite.throughput.ideals import enumerate_ideals, width
     from devplace_lite.io import load_graph
     from devplace_lite.units import unit_graph
 

@@ -2,9 +2,9 @@
 
 For each graph: every heuristic (``kl``, ``local-search``, ``topo-fill``, ``etf``, ``heft``)
 with its objective and wall time (the best of three runs on graphs of 1,000+ nodes, to damp
-the noise of a shared machine), the exact DP optimum (`devplace_lite.dp.dp`, under a time
+the noise of a shared machine), the exact DP optimum (`devplace_lite.throughput.dp.dp`, under a time
 limit; when the limit hits, its incumbent is only an upper bound) and the best lower bound
-the library offers (`devplace_lite.bounds.best_bound` when it exists, else the closed-form
+the library offers (`devplace_lite.throughput.bounds.best_bound` when it exists, else the closed-form
 `combinatorial_bound`). Targets (issue 7): on graphs of 1,000+ nodes each heuristic runs in
 under 1 s, and the best of them lands within 10 % of the DP optimum where the DP proves it,
 else of the bound. Writes ``results.json`` and the table of ``README.md`` (between markers).
@@ -28,7 +28,7 @@ from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.io import load_graph, write_json_atomic
 from devplace_lite.methods import PARTITION, resolve
-from devplace_lite.reference import reference_dir
+from devplace_lite.course.reference import reference_dir
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -60,9 +60,9 @@ def testbed(quick: bool):
 
 def lower_bound(graph, cluster, time_limit: float) -> tuple[float, str]:
     try:
-        from devplace_lite.bounds import best_bound
+        from devplace_lite.throughput.bounds import best_bound
     except ImportError:
-        from devplace_lite.bounds.combinatorial import combinatorial_bound
+        from devplace_lite.throughput.bounds.combinatorial import combinatorial_bound
 
         return float(combinatorial_bound(graph, cluster).bound), "combinatorial_bound"
     b = best_bound(graph, cluster, time_limit=time_limit)
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(HERE / "results.json"))
     p.add_argument("--readme", default=str(HERE / "README.md"))
     args = p.parse_args(argv)
-    from devplace_lite.dp import dp
+    from devplace_lite.throughput.dp import dp
 
     timed(resolve(PARTITION, "kl"), generate("layered", 20), Cluster(accelerators=2), 1)  # imports, caches
     rows = []

@@ -2,14 +2,14 @@
 
 For every file of ``latency-inputs`` (cluster from the file: accelerators, CPU cores, memory):
 
-* ``greedy``: the paper's greedy (`devplace_lite.latency_search.greedy_latency`);
-* ``DP split``: the throughput-optimal chain split of the exact DP (`devplace_lite.dp`, through
+* ``greedy``: the paper's greedy (`devplace_lite.single_sample.search.greedy_latency`);
+* ``DP split``: the throughput-optimal chain split of the exact DP (`devplace_lite.throughput.dp`, through
   `devplace_lite.methods`, 30 s), scored for latency;
 * ``ip`` and ``local-search`` at 10 s and 60 s, each run as the command a user types,
   ``devplace latency FILE --method M --time-limit L --json``, timed from outside (the wall
   time of the whole command) with the machine's load average before and after;
-* ``best bound``: `devplace_lite.latency_segments.best_latency_bound` (critical path, the path
-  and interval programs, then the segment bound of `devplace_lite.latency_segments`) with the
+* ``best bound``: `devplace_lite.single_sample.segments.best_latency_bound` (critical path, the path
+  and interval programs, then the segment bound of `devplace_lite.single_sample.segments`) with the
   same time limit, called directly on the same input beside the command, so that the
   command's own certificate (the figures before the segment bound) and the best bound stand
   side by side from one run, each with its gap to the command's answer;
@@ -40,9 +40,9 @@ import numpy as np
 from devplace_lite import methods
 from devplace_lite.devices import Cluster
 from devplace_lite.io import load_graph, write_json_atomic
-from devplace_lite.latency_model import evaluate_latency
-from devplace_lite.latency_segments import best_latency_bound
-from devplace_lite.latency_search import greedy_latency
+from devplace_lite.single_sample.model import evaluate_latency
+from devplace_lite.single_sample.segments import best_latency_bound
+from devplace_lite.single_sample.search import greedy_latency
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

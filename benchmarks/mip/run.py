@@ -3,7 +3,7 @@
 Cases: generated layered graphs of growing size, the project's zoo inference graphs
 (``data/graphs``) and, when ``../shared`` holds them, the authors' layer graphs; k in
 {2, 4, 8} accelerators plus one CPU core. Each run stops at a 1 % gap or the time limit,
-whichever comes first, and is compared with the exact DP (`devplace_lite.dp`) on the same
+whichever comes first, and is compared with the exact DP (`devplace_lite.throughput.dp`) on the same
 instance. Latency rows: the latency IP against the greedy on the inference graphs. A last
 section measures the fixed-labelling symmetry rows against the solvers' own symmetry handling.
 Writes results.json (after every row, so a partial run keeps what it measured) and the table
@@ -26,10 +26,10 @@ from pathlib import Path
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.io import load_graph, read_json, write_json_atomic
-from devplace_lite.latency_search import greedy_latency
-from devplace_lite.mip.latency import latency_ip
-from devplace_lite.mip.throughput import throughput_ip
-from devplace_lite.reference import reference_dir
+from devplace_lite.single_sample.search import greedy_latency
+from devplace_lite.single_sample.ip import latency_ip
+from devplace_lite.throughput.ip import throughput_ip
+from devplace_lite.course.reference import reference_dir
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -40,7 +40,7 @@ GAP = 0.01
 
 
 def dp_value(graph, cluster, limit: float):
-    from devplace_lite import dp
+    from devplace_lite.throughput import dp
 
     t0 = time.perf_counter()
     try:

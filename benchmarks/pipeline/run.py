@@ -83,7 +83,7 @@ def gpu_case(name: str, granularity: str, batch: int, microbatches: int, trainin
     import torch
 
     from devplace_lite.pipeline import available_devices, measure_stages, plan_model, run_pipelines
-    from devplace_lite.profile import profile
+    from devplace_lite.pipeline.profile import profile
     from devplace_lite.zoo import get
 
     z = get(name)

@@ -130,7 +130,7 @@ own schedule class (gloo, one thread per rank). Columns:
 * **split**: the split search's status (`optimal`: least replayed step among all splits, proven
   by enumeration in bound order);
 * **forecast step**: the replay of torch's action order with the profile's per-stage F, B, I, W
-  CPU times (`devplace_lite.schedule_sim`);
+  CPU times (`devplace_lite.schedules.simulate`);
 * **measured replay**: the same replay with the run's own least CPU time of every stage and
   action kind, the step a machine with one free core per rank would take; forecast / replay is
   the forecast's error with the machine's load taken out (this machine cannot give a quiet
@@ -168,7 +168,7 @@ def report(path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from devplace_lite.schedule_sim import Action, Simulation, plot_gantt, run_events
+    from devplace_lite.schedules.simulate import Action, Simulation, plot_gantt, run_events
 
     data = json.loads(Path(path).read_text())
     rows, meta = data["rows"], data["meta"]

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if note:
         out["clamped"] = note
     if args.compare:  # whose split it is, and the same cluster's answer of another method beside it
-        from ..experts import compare_with, placement_owner
+        from ..course.experts import compare_with, placement_owner
 
         out["split_of"] = placement_owner(args.placement)
         out["compare"] = compare_with(g, c, ev, args.compare)

@@ -8,7 +8,7 @@
 
 Each entry of the folder (a ``.py`` file, a notebook ``.ipynb`` / ``.md``, or a folder of such
 files) is one submission; it defines the exercise functions under the names ``--list`` prints.
-Every submission runs in a bubblewrap sandbox (see `devplace_lite.exercises.sandbox`) on
+Every submission runs in a bubblewrap sandbox (see `devplace_lite.course.exercises.sandbox`) on
 instances drawn from the instructor's secret seed, and its answers are checked outside it.
 Grading refuses to start without ``bwrap`` unless ``--unsafe-no-sandbox`` is given.
 
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _select(args: argparse.Namespace, course) -> list:
     from ..errors import UsageError
-    from ..exercises import exercises, get
+    from ..course.exercises import exercises, get
 
     if args.chapter is not None and not str(args.chapter).isdigit():
         raise UsageError(f"--chapter must be a chapter number such as 01, got {args.chapter!r}")
@@ -76,7 +76,7 @@ def _check_outputs(args: argparse.Namespace, subs: list, seed_file) -> None:
     its folder exists) and is none of the inputs: not the course or seed file, not inside the
     submissions folder (the command line checked ``--csv`` already, but not against the course's
     seed file)."""
-    from ..exercises.grading import results_paths
+    from ..course.exercises.grading import results_paths
     from ..files import check_apart, check_output
 
     inputs = [p for p in (args.submissions, args.course, seed_file) if p is not None]
@@ -96,9 +96,8 @@ def _check_outputs(args: argparse.Namespace, subs: list, seed_file) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import UsageError
-    from ..exercises.course import Course, load_course
-    from ..exercises.grading import (Plan, csv_text, discover, flags, grade_folder, header, resolve_seed, table,
-                                     write_results)
+    from ..course.exercises.course import Course, load_course
+    from ..course.exercises.grading import Plan, csv_text, discover, flags, grade_folder, header, resolve_seed, table, write_results
     from ..files import write_text_atomic
 
     course = load_course(args.course) if args.course else Course()

@@ -24,7 +24,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..ideals import count_ideals, width
+    from ..throughput.ideals import count_ideals, width
 
     g = load_graph(args.graph)
     ideals = count_ideals(g, limit=args.limit)

@@ -73,7 +73,7 @@ def _plan(args: argparse.Namespace, model, micro: tuple, threads: int | None):
     from ..devices import Cluster
     from ..io import load_graph, load_placement
     from ..pipeline import build_plan, plan_model
-    from ..profile import profile
+    from ..pipeline.profile import profile
 
     spec = args.spec or ("cuda-measured" if args.device == "cuda" else "cpu-measured")
     if args.method:

@@ -20,8 +20,8 @@ writes ``DIR/plan.json``, ``DIR/graph.json`` and ``DIR/run_pipeline.py`` (split 
 ``--schedule`` names one of torch 2.13's schedules (``gpipe``, ``1f1b``, ``interleaved-1f1b``,
 ``looped-bfs``, ``interleaved-zb``, ``zbv``, ``dualpipev``; ``--stages-per-rank`` for those that
 take several) or ``auto``. The forecast replays the schedule's own action order
-(`devplace_lite.schedule_sim`) and the split is the one whose replayed step is least
-(`devplace_lite.schedule_search`, proven where the splits can be enumerated, else its gap);
+(`devplace_lite.schedules.simulate`) and the split is the one whose replayed step is least
+(`devplace_lite.schedules.search`, proven where the splits can be enumerated, else its gap);
 ``auto`` tries every schedule (and, with ``--microbatches auto``, every micro-batch count that
 divides the batch) and keeps the least forecast step within ``--memory``.
 
@@ -77,12 +77,12 @@ def default_microbatches(batch: int, most: int = MICROBATCHES) -> int:
     return next(m for m in range(min(most, batch), 0, -1) if batch % m == 0)
 
 
-#: torch 2.13's schedules (`devplace_lite.schedule_sim.SCHEDULES`; listed here so --help needs no import).
+#: torch 2.13's schedules (`devplace_lite.schedules.simulate.SCHEDULES`; listed here so --help needs no import).
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev")
 
 
 def _per_rank(text: str) -> int:
-    from ..schedule_sim import MAX_PER_RANK
+    from ..schedules.simulate import MAX_PER_RANK
 
     try:
         v = int(text)
@@ -137,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _validate(args: argparse.Namespace) -> None:
     """What the option types cannot see alone: combinations."""
-    from ..schedule_sim import SCHEDULES, stages_per_rank
+    from ..schedules.simulate import SCHEDULES, stages_per_rank
 
     if args.microbatches == "auto" and args.schedule != "auto":
         raise UsageError("--microbatches auto needs --schedule auto")

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model not in MODELS:
         raise GraphError(f"unknown zoo model {args.model!r}; known: {', '.join(sorted(MODELS))}")
     from ..io import save_graph
-    from ..profile import MEASURED, profile
+    from ..pipeline.profile import MEASURED, profile
 
     entry = MODELS[args.model]
     measured = args.spec in MEASURED

@@ -1,10 +1,11 @@
-"""Integer programs for device placement (Tarnawski et al., NeurIPS 2020), on open solvers.
+"""The integer-program engine every model of the library is solved with (SCIP and HiGHS).
 
-* `devplace_lite.mip.throughput`: the max-load IP for chain, contiguous and non-contiguous
-  splits (``devplace partition --method ip|ip-contig|ip-noncontig``);
-* `devplace_lite.mip.latency`: the single-sample latency IP with ``q`` calls per accelerator,
-  warm-started from `devplace_lite.latency_search` (``devplace latency --method ip``);
-* `devplace_lite.mip.cvx`: the same models written in cvxpy, to read (the chapters print them);
+The models themselves live with their problem: the max-load IPs in `devplace_lite.throughput.ip`
+(their cvxpy form in `devplace_lite.throughput.ip_cvx`), the latency IP in
+`devplace_lite.single_sample.ip` (`devplace_lite.single_sample.ip_cvx`), the ordered-stage bounds
+in `devplace_lite.throughput.bounds`. This package is what they share:
+
 * `devplace_lite.mip.solve`: the linear model and the SCIP / HiGHS plumbing (time limit with
-  incumbent and bound, warm start, one thread, seed).
+  incumbent and bound, warm start, one thread, seed);
+* `devplace_lite.mip.highs_child`: a HiGHS solve in a child process, so a limit can kill it.
 """

@@ -1,10 +1,10 @@
 """The one integer-program layer: a linear model, two open solvers, one status convention.
 
-Every integer program of the library (the throughput and latency IPs of `devplace_lite.mip`, the
-ordered-stage MIPs and relaxations of `devplace_lite.bounds`) writes its rows into a
+Every integer program of the library (the throughput and latency IPs (`devplace_lite.throughput.ip`, `devplace_lite.single_sample.ip`), the
+ordered-stage MIPs and relaxations of `devplace_lite.throughput.bounds`) writes its rows into a
 `LinearModel` (columns with bounds, costs and integrality; rows ``lo <= a x <= hi``; minimise
 ``c x``) and solves it here, with SCIP (through PySCIPOpt, the default) or HiGHS (through
-highspy). Why not solve the cvxpy versions of the same models (`devplace_lite.mip.cvx`): on a
+highspy). Why not solve the cvxpy versions of the same models (`devplace_lite.throughput.ip_cvx`): on a
 time limit cvxpy reports neither the incumbent nor the proven bound, and its warm start does not
 reach SCIP or HiGHS.
 

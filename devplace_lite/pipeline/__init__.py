@@ -6,12 +6,12 @@ The route from a placement to measured figures, one module per step:
   segments at the modules where a stage may begin, each measured in CPU time;
 * `planner` — ``devplace plan``: the exact split among split points, its proven bound, the
   split with the least replayed step under any of torch's schedules
-  (`devplace_lite.schedule_sim`, `devplace_lite.schedule_search`), memory per rank under the
+  (`devplace_lite.schedules.simulate`, `devplace_lite.schedules.search`), memory per rank under the
   schedule, ``plan.json`` and a torchrun script; calibration per stage and action kind;
 * `torchrun` — run a plan under ``torchrun`` (one process per rank, one or several nodes);
 * `split` — cut the model's torch.fx graph into stage modules (skip activations carried
   through the stages in between);
-* `plan` — from a placement of the profiled graph (`devplace_lite.profile`) to the stages, in
+* `plan` — from a placement of the profiled graph (`devplace_lite.pipeline.profile`) to the stages, in
   chain order, with the cost model's forecast per stage;
 * `run` — run the stages with ``torch.distributed.pipelining`` (``PipelineStage``,
   ``ScheduleGPipe`` / ``Schedule1F1B``), one process per stage, gloo on CPU or NCCL on GPUs,

@@ -78,7 +78,7 @@ from ..graph import Graph, Node
 GRANULARITIES = ("block", "layer")
 #: Modules made leaves, one per failed trace, before the fx fallback gives up.
 MAX_LEAVES = 16
-#: Host link assumed for measured CPU segments (PCIe 3.0 x16, as `devplace_lite.profile`).
+#: Host link assumed for measured CPU segments (PCIe 3.0 x16, as `devplace_lite.pipeline.profile`).
 LINK_BYTES_PER_S = 16e9
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 #: Warnings that torch's own pipelining code raises on every capture (it deep-copies a pytree

@@ -97,7 +97,7 @@ def compare_methods(model: nn.Module, inputs: Sequence[Any], methods: Sequence[s
     micro = tuple(t[:mb] for t in inputs)
     threads = max(1, available_devices("cpu") // k) if device == "cpu" else None
     if graph is None:
-        from ..profile import profile
+        from .profile import profile
 
         with torch_threads(threads):
             graph = profile(model, micro, granularity=granularity, spec=spec, training=training,

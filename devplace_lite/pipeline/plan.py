@@ -1,7 +1,7 @@
 """From a placement over a profiled graph to the stages of the model, with the model's forecast.
 
 Problem: a partitioning method returns a placement of the *graph* made by
-`devplace_lite.profile` (node ids are the model's fx node names, a backward node is
+`devplace_lite.pipeline.profile` (node ids are the model's fx node names, a backward node is
 ``<id>.grad``). A pipeline needs the *model* cut into stages, in order, and a forecast to
 check the run against. `build_plan` orders the devices by the chain of ideals
 (`devplace_lite.cost.chain_order`: every forward edge goes to the same or a later stage), maps
@@ -39,7 +39,7 @@ from torch import nn
 from ..cost import Placement, as_assignment, chain_order, device_loads, split_kind
 from ..devices import Cluster
 from ..graph import Graph, GraphError
-from ..schedule import gpipe_formula
+from ..schedules.timeline import gpipe_formula
 from .planner import partition
 from .split import Split, split_module
 
@@ -169,7 +169,7 @@ def build_plan(model: nn.Module, example_inputs: Sequence[Any], graph: Graph, cl
     names agree. A graph node the trace does not have is an error (the graph was profiled from
     another model or granularity).
     """
-    from ..profile import trace
+    from .profile import trace
 
     gran = granularity or graph.meta.get("granularity", "layer")
     stage_of, devices = stage_map(graph, cluster, placement)
@@ -211,7 +211,7 @@ def plan_model(model: nn.Module, example_inputs: Sequence[Any], *, method: str =
         Unknown method, a split the method cannot make feasible (memory), or a split that is not a chain.
     """
     if graph is None:
-        from ..profile import profile
+        from .profile import profile
 
         with torch_threads(threads):
             graph = profile(model, tuple(example_inputs), granularity=granularity, spec=spec, training=training,
@@ -259,6 +259,6 @@ def stages_for(model: nn.Module, stage_of: Mapping[str, int], example_inputs: Se
                granularity: str = "layer", leaf_modules: Sequence[type] = ()) -> Split:
     """Split ``model`` by hand: ``stage_of`` maps fx node names (as the profiler names them at
     ``granularity``) to stage indices."""
-    from ..profile import trace
+    from .profile import trace
 
     return split_module(trace(model, granularity, leaf_modules), stage_of, tuple(example_inputs))

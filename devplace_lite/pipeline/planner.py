@@ -14,13 +14,13 @@ How
    inputs on the first stage): its chains of ideals are exactly the splits that split points
    can express, so the exact ideal DP (chosen whenever the ideals fit in `DP_IDEALS`, else a
    local search) finds the best split-point plan under the cost model. The *proven bound*
-   comes from the library's best bound (`devplace_lite.bounds.best.best_bound`) on the graph
+   comes from the library's best bound (`devplace_lite.throughput.bounds.best.best_bound`) on the graph
    without those edges, which bounds every chain of ideals of the segments, hence also the
    plan; the gap is ``(objective - bound) / objective``.
 3. The schedule: torch's action order for it (any of torch 2.13's seven,
-   `devplace_lite.schedule_sim`) is replayed with the segments' measured ``F``, ``B`` and
+   `devplace_lite.schedules.simulate`) is replayed with the segments' measured ``F``, ``B`` and
    ``I`` times (``W = B - I``) and the transfers of each cut; the split with the least replayed
-   step is the plan's (`devplace_lite.schedule_search`: proven by enumeration in bound order, or
+   step is the plan's (`devplace_lite.schedules.search`: proven by enumeration in bound order, or
    a local search with its bound and gap), its stages on ranks as torch's class places them.
    The DP's least bottleneck and its bound stay in the plan as ``result`` and ``bound``.
 4. Memory of each rank under the schedule, from the same replay: its stages' parameters (a tied
@@ -68,11 +68,11 @@ from ..cost import as_assignment, chain_order, device_loads
 from ..devices import Cluster
 from ..errors import GraphError, UsageError
 from ..graph import Graph
-from ..schedule_search import SegmentCosts, SplitSearch, evaluate, search
-from ..schedule_sim import SCHEDULES as _SCHEDULES
-from ..schedule_sim import action_order, stage_to_rank, stages_per_rank
+from ..schedules.search import SegmentCosts, SplitSearch, evaluate, search
+from ..schedules.simulate import SCHEDULES as _SCHEDULES
+from ..schedules.simulate import action_order, stage_to_rank, stages_per_rank
 
-#: torch 2.13's schedules by their `--schedule` names (`devplace_lite.schedule_sim.SCHEDULES`).
+#: torch 2.13's schedules by their `--schedule` names (`devplace_lite.schedules.simulate.SCHEDULES`).
 SCHEDULES = tuple(_SCHEDULES)
 #: Optimizer state per parameter byte: SGD with momentum keeps one buffer, Adam two.
 OPTIMIZERS = {"none": 0, "sgd": 1, "adam": 2}
@@ -98,7 +98,7 @@ def certify(graph: Graph, cluster: Cluster, *, time_limit: float, upper: float |
 
 def choose_method(graph: Graph) -> tuple[str, str, int | None]:
     """``(method, why, ideals)``: the exact DP when the ideals fit, else local search."""
-    from ..ideals import count_ideals
+    from ..throughput.ideals import count_ideals
 
     ideals = count_ideals(graph, DP_IDEALS)
     if ideals is not None:
@@ -117,14 +117,14 @@ def chain_graph(graph: Graph) -> Graph:
 
 def in_flight(schedule: str, microbatches: int, stages: int, stage: int, training: bool) -> int:
     """Micro-batches whose activations stage ``stage`` holds at once under GPipe or 1F1B (the
-    other schedules: `devplace_lite.schedule_sim`'s replay; GPipe's ``m`` bounds them all)."""
+    other schedules: `devplace_lite.schedules.simulate`'s replay; GPipe's ``m`` bounds them all)."""
     if not training:
         return 1
     return min(microbatches, stages - stage) if schedule == "1f1b" else microbatches
 
 
 def segment_costs(graph: Graph, optimizer: str = "none", microbatches: int = 1) -> SegmentCosts:
-    """The segments' times, bytes and cut transfer times, as `devplace_lite.schedule_search` takes them.
+    """The segments' times, bytes and cut transfer times, as `devplace_lite.schedules.search` takes them.
 
     ``I`` is the measured inputs-only backward (``W`` the rest of the backward); a graph measured
     before that was kept splits the backward in halves and says so in ``graph.meta["notes"]``.
@@ -205,7 +205,7 @@ class PipelinePlan:
     capture: Any = None
     #: Stages each rank holds (several for the interleaved and V schedules).
     per_rank: int = 1
-    #: The schedule-aware split search that chose ``stage_of`` (`devplace_lite.schedule_search`).
+    #: The schedule-aware split search that chose ``stage_of`` (`devplace_lite.schedules.search`).
     search: SplitSearch | None = None
     #: Ranks asked for (``-k``); a one-stage-per-rank schedule may use fewer.
     k: int = 0
@@ -297,7 +297,7 @@ class PipelinePlan:
         return self._costs
 
     def simulation(self):
-        """The replay of the schedule on this split (`devplace_lite.schedule_sim.Simulation`)."""
+        """The replay of the schedule on this split (`devplace_lite.schedules.simulate.Simulation`)."""
         cuts = [segs[0] for segs in self.stage_segments[1:]]
         return evaluate(self.costs, cuts, self.schedule, self.ranks, self.microbatches, self.per_rank, self.training)
 
@@ -337,7 +337,7 @@ class PipelinePlan:
                 "rank_busy_ms": sim.rank_busy_ms, "rank_idle_ms": sim.rank_idle_ms,
                 "rank_peak_bytes": sim.rank_peak_bytes, "clock": "thread CPU time, one thread",
                 "how": f"replay of {_SCHEDULES[self.schedule].torch_class}'s action order "
-                       "(devplace_lite.schedule_sim)",
+                       "(devplace_lite.schedules.simulate)",
                 "events": [[r, a.kind, a.stage, a.microbatch, round(t0, 6), round(t1, 6)]
                            for r, a, t0, t1 in sim.events]}
 
@@ -392,7 +392,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
 
     Two searches: the partitioning method's least bottleneck (``result``, certified by
     ``bound``: the cost model's slowest stage per micro-batch), then the split whose replayed
-    step under ``schedule`` is least (``search``, `devplace_lite.schedule_search`, proven by
+    step under ``schedule`` is least (``search``, `devplace_lite.schedules.search`, proven by
     exhaustion where the splits can be enumerated, else with its bound and gap), which is the
     plan's split. ``per_rank``: stages per rank for the schedules that take several.
     """

@@ -58,7 +58,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from ..graph import GraphError
-from ..schedule import bubble_fraction, gpipe_formula
+from ..schedules.timeline import bubble_fraction, gpipe_formula
 from .resources import available_devices, check_resources, device_name, free_port
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}

@@ -6,7 +6,7 @@ starts one process per rank on every node, they meet through the ``env://`` rend
 builds the whole model, lets ``torch.distributed.pipelining.pipeline`` cut it at the split
 points and keeps its own stages (one, or several for the interleaved and V schedules, placed as
 the plan's ``stage_to_rank`` says, which is torch's own placement), and the plan's schedule
-class (any of torch 2.13's seven, `devplace_lite.schedule_sim.SCHEDULES`) moves micro-batches
+class (any of torch 2.13's seven, `devplace_lite.schedules.simulate.SCHEDULES`) moves micro-batches
 between ranks (gloo on CPU, NCCL on GPUs; the NCCL path is the same code, never run here).
 
 `write_script` writes ``run_pipeline.py`` beside ``plan.json``: the split points as
@@ -105,7 +105,7 @@ def write_script(path: str | Path, plan: Any) -> None:
     spec = "".join(f"    {fqn!r}: SplitPoint.BEGINNING,\n" for fqn in plan.split_points)
     tied = "; ".join(t["parameter"] for t in plan.tied if len(t["stages"]) > 1) or "none here"
     gap = "unknown" if plan.gap is None else f"{100 * plan.gap:.1f} %"
-    from ..schedule_sim import SCHEDULES
+    from ..schedules.simulate import SCHEDULES
 
     text = _SCRIPT.format(model=plan.model_spec or plan.graph.meta.get("model"), stages=plan.num_stages,
                           method=plan.method, gap=gap, microbatches=plan.microbatches, spec=spec, tied=tied,
@@ -202,7 +202,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     import torch.nn.functional as F
     from torch.distributed.pipelining import pipeline
 
-    from ..schedule_sim import SCHEDULES
+    from ..schedules.simulate import SCHEDULES
 
     from ..zoo import load
     from .capture import known_warnings_filtered, split_policy, without_cache
@@ -548,7 +548,7 @@ def _replay_measured(plan: dict, cpu: dict[str, float]) -> float | None:
     """The schedule's replay with the run's own least CPU time of every stage and action kind,
     no transfers: the step a machine with one free core per rank would take (a wall-clock step
     on a shared machine also holds the other processes' time)."""
-    from ..schedule_sim import simulate
+    from ..schedules.simulate import simulate
 
     n = int(plan["stages"])
     f = [cpu.get(f"{s}:F", 0.0) for s in range(n)]

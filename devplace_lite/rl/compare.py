@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import methods
-from ..exhaustive import _canonical
+from ..throughput.exhaustive import _canonical
 from ..devices import Cluster
 from ..errors import DevplaceError, GraphError, LimitError
 from ..graph import Graph

@@ -1,0 +1,1 @@
+"""Pipeline schedules: when each micro-batch runs on each stage, replayed and searched."""

@@ -1,0 +1,1 @@
+"""One sample's latency (inference): when the last operator of one input finishes."""

@@ -1,0 +1,631 @@
+"""A latency lower bound that follows the graph's articulation chain and cuts each segment exactly.
+
+Problem: bound below the single-sample latency of `devplace_lite.single_sample.model` (convex calls, one after
+another per accelerator, CPU work in parallel, memory per call) on graphs built of blocks: a
+stem, then Inception or residual blocks, each between two nodes that every path passes.
+
+The bounds of `devplace_lite.single_sample.bounds` follow one path at a time, so where a call ends
+inside a block they see the transfer of one branch, and where a branch runs on the CPU they see
+no call waiting for it. This one looks at whole blocks. Add a zero-time source ``σ`` before the
+sources and a zero-time sink ``τ`` after the sinks (both on the CPU, moving nothing). An
+*articulation node* ``s`` is comparable with every node and no edge jumps over it (none from an
+ancestor of ``s`` to a descendant). They form a chain ``σ = a_0 < a_1 < ... < a_r = τ``; the
+*segment* ``X_i`` is the set of nodes strictly between ``a_i`` and ``a_{i+1}``.
+
+Three facts make the segments independent. (1) A call that holds a node of ``X_i`` and a node
+outside ``X_i ∪ {a_i, a_{i+1}}`` holds ``a_i`` or ``a_{i+1}`` (convexity). (2) So the call ``C``
+of ``a_i`` meets ``X_i`` in a down-set ``D``, the call ``C'`` of ``a_{i+1}`` meets it in an up-set
+``U``, either ``C = C'`` and then ``X_i ⊆ C``, or the rest ``M = X_i \\ (D ∪ U)`` runs in calls
+inside the segment and on the CPU. (3) ``C`` receives only from ancestors of ``a_i`` and, when it
+ends in ``X_i``, sends exactly from ``{a_i} ∪ D`` (no edge jumps over ``a_i``), and ``C'``
+receives only from ``X_i ∪ {a_i}``. The dynamic program keeps, per articulation node, the least
+ready time ``T`` if it runs on the CPU and, if it runs on an accelerator, the least
+``G[m] = start(C) + receives(C) + compute of C's nodes up to it`` for each memory ``m`` (in
+levels, rounded down) of those nodes; through a segment it tries every pair ``(D, U)``::
+
+    finish(C) >= G[S - mem(D)] + p_acc(D) + sends({a_i} ∪ D)
+    G'[mem(U ∪ a_{i+1})] >= finish(C) + max(0, max over M-nodes y feeding C' of off(y))
+                            + receives(U ∪ a_{i+1}) + p_acc(U ∪ a_{i+1})
+
+where ``off(y)`` is the path dynamic program of `latency_bounds.path_bound` run inside ``M``
+from ``finish(C)`` (each node on the CPU or in a call of its own path, receiving and sending).
+The segment's branches (connected components of ``X_i``) are enumerated one by one and combined,
+keeping per memory pair only the pairs of (time, wait) no other beats. The latency is at least
+``T`` of ``τ``.
+
+Relaxed, so a lower bound: the number of calls and which device runs which call (so it holds for
+any ``q``), calls of one device waiting for each other, and memory (rounded down to ``S``
+levels) of calls other than those of articulation nodes. On a chain with as many accelerators
+as nodes and memory in multiples of ``M / S`` it is exact.
+
+Complexity: per segment, the product over its branches of the (down-set, up-set) pairs of each,
+after pruning; `segment_bound` gives up (``None``) when that exceeds ``max_rows`` or a branch has
+more than 62 nodes. ``O(n^2)`` for the reachability table.
+
+Example
+-------
+>>> from devplace_lite.graph import Graph, Node
+>>> from devplace_lite.devices import Cluster
+>>> g = Graph([Node(x, p_acc=1.0, p_cpu=10.0, comm=0.5, memory=1.0) for x in "abcd"],
+...           [("a", "b"), ("b", "c"), ("c", "d")])
+>>> segment_bound(g, Cluster(4, 1, memory=2.0))  # two calls: 2 + 0.5 sent, 0.5 received + 2
+5.0
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..cost import allowed_kinds
+from ..devices import Cluster
+from ..graph import Graph
+from ..result import Bound
+from .bounds import critical_path_bound, ready_bounds, work_bound
+
+#: Memory levels of a call (memory is rounded down to multiples of ``M / LEVELS``).
+LEVELS = 4096
+#: Most (down-set, up-set) combinations a segment may hold after pruning.
+MAX_ROWS = 3_000_000
+#: Most down-sets (or up-sets) of one branch.
+MAX_SETS = 20_000
+
+
+@dataclass
+class _Aug:
+    """The graph with ``σ`` (index n) and ``τ`` (index n + 1) added."""
+
+    n: int
+    pred: list[list[int]]
+    succ: list[list[int]]
+    p_acc: np.ndarray
+    p_cpu: np.ndarray  # inf where no CPU may run it
+    comm: np.ndarray
+    mem: np.ndarray  # in levels, exact (a set's memory is rounded down once, by `_floor`)
+    acc: np.ndarray
+    topo: list[int]
+
+
+def _augment(graph: Graph, cluster: Cluster, levels: int) -> _Aug:
+    n = graph.n
+    acc, cpu = allowed_kinds(graph, cluster)
+    sigma, tau = n, n + 1
+    pred = [list(p) for p in graph.pred] + [[], []]
+    succ = [list(s) for s in graph.succ] + [[], []]
+    for v in range(n):
+        if not graph.pred[v]:
+            pred[v].append(sigma)
+            succ[sigma].append(v)
+        if not graph.succ[v]:
+            succ[v].append(tau)
+            pred[tau].append(v)
+    if math.isfinite(cluster.memory) and cluster.memory > 0:
+        mem = graph.memory / cluster.memory * levels
+    else:
+        mem = np.zeros(n)
+    return _Aug(n=n + 2, pred=pred, succ=succ,
+                p_acc=np.append(graph.p_acc, [0.0, 0.0]),
+                p_cpu=np.append(np.where(cpu, graph.p_cpu, np.inf), [0.0, 0.0]),
+                comm=np.append(graph.comm, [0.0, 0.0]),
+                mem=np.append(np.minimum(mem, levels + 1.0), [0.0, 0.0]),
+                acc=np.append(acc, [False, False]),
+                topo=[sigma] + graph.topological_order().tolist() + [tau])
+
+
+def _chain(a: _Aug) -> tuple[list[int], np.ndarray]:
+    """The articulation nodes in order, and the reachability table (``R[u, w]``: a path u -> w).
+    Raises `LimitError` past `latency.REACH_NODES` nodes, before allocating it."""
+    from ..errors import LimitError
+    from .model import REACH_NODES
+
+    if a.n - 2 > REACH_NODES:
+        raise LimitError(f"{a.n - 2:,} nodes: the segment bound keeps an n x n reachability table and takes "
+                         f"at most {REACH_NODES:,}")
+    R = np.zeros((a.n, a.n), dtype=bool)
+    for v in reversed(a.topo):
+        for w in a.succ[v]:
+            R[v, w] = True
+            R[v] |= R[w]
+    comparable = R | R.T
+    np.fill_diagonal(comparable, True)
+    cand = comparable.all(axis=1)
+    src = np.array([u for u in range(a.n) for _ in a.succ[u]], dtype=np.int64)
+    dst = np.array([w for u in range(a.n) for w in a.succ[u]], dtype=np.int64)
+    out = []
+    for v in a.topo:
+        if cand[v] and not np.any(R[src, v] & R[v, dst]):
+            out.append(v)
+    return out, R
+
+
+def _closed_sets(nodes: list[int], pred_in: dict[int, list[int]], limit: int) -> list[int] | None:
+    """Every down-set of ``nodes`` under ``pred_in`` as bitmasks over the list, or None past ``limit``."""
+    idx = {x: i for i, x in enumerate(nodes)}
+    need = [sum(1 << idx[u] for u in pred_in[x]) for x in nodes]
+    seen = {0}
+    stack = [0]
+    while stack:
+        cur = stack.pop()
+        for i in range(len(nodes)):
+            if not cur >> i & 1 and need[i] & cur == need[i]:
+                nxt = cur | 1 << i
+                if nxt not in seen:
+                    if len(seen) >= limit:
+                        return None
+                    seen.add(nxt)
+                    stack.append(nxt)
+    return sorted(seen)
+
+
+def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int) -> dict[str, np.ndarray] | None:
+    """The (D, U) pairs of one branch ``comp`` (topologically sorted) of the segment between
+    ``s`` and ``t``, as columns: ``memD``, ``A`` (compute and sends of D), ``memU``, ``R``
+    (compute and receives of U and of ``t`` from this branch), ``B`` (the latest M-node feeding
+    U or t, after finish(C)), ``Bc`` (the latest predecessor of ``t`` when ``t`` runs on the
+    CPU, for U empty), ``eS`` (``s`` feeds a node of the branch outside D), ``fS`` (``s`` feeds
+    a node of U), ``Dempty``, ``Uempty``."""
+    inset = set(comp)
+    pred_in = {x: [u for u in a.pred[x] if u in inset] for x in comp}
+    succ_in = {x: [w for w in a.succ[x] if w in inset] for x in comp}
+    downs = _closed_sets(comp, pred_in, MAX_SETS)
+    ups = _closed_sets(comp, succ_in, MAX_SETS)
+    if downs is None or ups is None:
+        return None
+    bit = {x: 1 << i for i, x in enumerate(comp)}
+    accmask = sum(bit[x] for x in comp if a.acc[x])
+    downs = [d for d in downs if d & ~accmask == 0]
+    ups = [u for u in ups if u & ~accmask == 0]
+    fed_by_s = sum(bit[x] for x in comp if s in a.pred[x])
+    feeds_t = sum(bit[x] for x in comp if t in a.succ[x])
+    # producers feeding x from inside the branch, as a bitmask
+    into = {x: sum(bit[u] for u in pred_in[x]) for x in comp}
+    # for an up-set U: the branch nodes outside U feeding U or t
+    cols: dict[str, list] = {k: [] for k in ("memD", "A", "memU", "R", "B", "Bc", "eS", "fS", "Dempty", "Uempty")}
+    for D in downs:
+        off: dict[int, float] = {}  # least ready time of an M-node as seen outside its call
+        rd: dict[int, float] = {}  # ... as seen by tau (no send needed)
+        inc: dict[int, float] = {}  # least in-call time of an M-node on an accelerator
+        for x in comp:  # the path program inside M, from finish(C) = 0
+            if D & bit[x]:
+                continue
+            inside = [u == s or bool(D & bit[u]) for u in a.pred[x]]
+            cpu = a.p_cpu[x] + max((0.0 if i else off[u] for u, i in zip(a.pred[x], inside)), default=0.0)
+            h = math.inf
+            if a.acc[x]:
+                h = a.p_acc[x] + max((a.comm[u] if i else min(inc[u], off[u] + a.comm[u])
+                                      for u, i in zip(a.pred[x], inside)), default=0.0)
+            inc[x] = h
+            off[x] = min(cpu, h + a.comm[x])
+            rd[x] = min(cpu, h)
+        memD = float(sum(a.mem[x] for x in comp if D & bit[x]))
+        A = 0.0
+        for x in comp:
+            if D & bit[x]:
+                A += a.p_acc[x]
+                if any(w != tau and not (w in bit and D & bit[w]) for w in a.succ[x]):
+                    A += a.comm[x]
+        eS = bool(fed_by_s & ~D)
+        Bc = max([0.0 if D & bit[x] else (rd[x] if t == tau else off[x]) for x in comp if feeds_t & bit[x]],
+                 default=0.0)
+        for U in ups:
+            if U & D:
+                continue
+            feeders = 0
+            for x in comp:
+                if U & bit[x]:
+                    feeders |= into[x]
+            feeders = (feeders | feeds_t) & ~U
+            R = 0.0
+            B = 0.0
+            for x in comp:
+                if feeders & bit[x]:
+                    R += a.comm[x]
+                    if not D & bit[x]:
+                        B = max(B, off[x])
+                if U & bit[x]:
+                    R += a.p_acc[x]
+            cols["memD"].append(memD)
+            cols["A"].append(A)
+            cols["memU"].append(float(sum(a.mem[x] for x in comp if U & bit[x])))
+            cols["R"].append(R)
+            cols["B"].append(B)
+            cols["Bc"].append(Bc)
+            cols["eS"].append(eS)
+            cols["fS"].append(bool(fed_by_s & U))
+            cols["Dempty"].append(D == 0)
+            cols["Uempty"].append(U == 0)
+    return {k: np.array(v) for k, v in cols.items()}
+
+
+def _floor(x):
+    """Memory in whole levels, rounded down (a hair further, so float error never rounds up)."""
+    return np.floor(np.asarray(x) * (1 - 1e-12)).astype(np.int64)
+
+
+def _combine(tables: list[dict[str, np.ndarray]], keys: tuple[str, ...], cost: tuple[str, ...], wait: str,
+             levels: int, max_rows: int) -> dict[str, np.ndarray] | None:
+    """Every choice of one row per branch: memory (``keys`` starting ``mem``) and ``cost``
+    summed, ``wait`` maxed, flags (``eS``, ``fS``) or-ed; per key only the rows whose
+    (cost, wait) no other row of that key beats. Memory is counted in steps of ``2^i`` levels,
+    each branch's rounded down, with the least ``i`` that keeps at most ``max_rows`` rows (the
+    coarser, the weaker, never invalid); it comes back in levels. None if even one level per
+    call is too many."""
+    step = 1
+    while step <= levels:
+        rows = _combine_at(tables, keys, cost, wait, levels // step, step, max_rows)
+        if rows is not None:
+            for k in keys:
+                if k.startswith("mem"):
+                    rows[k] = rows[k] * step
+            return rows
+        step *= 2
+    return None
+
+
+def _combine_at(tables, keys, cost, wait, top: int, step: int, max_rows: int):
+    acc = {k: np.zeros(1, dtype=bool if k in ("eS", "fS") else np.int64) for k in keys}
+    acc["W"], acc["B"] = np.zeros(1), np.zeros(1)
+    for tab in tables:
+        r1, r2 = len(acc["W"]), len(tab[wait])
+        if r1 * r2 > max_rows:
+            return None
+        i, j = np.repeat(np.arange(r1), r2), np.tile(np.arange(r2), r1)
+        new = {}
+        for k in keys:
+            if k in ("eS", "fS"):
+                new[k] = acc[k][i] | tab[k][j]
+            else:
+                new[k] = acc[k][i] + _floor(tab[k] / step)[j]
+        new["W"] = acc["W"][i] + sum(tab[c][j] for c in cost)
+        new["B"] = np.maximum(acc["B"][i], tab[wait][j])
+        ok = np.isfinite(new["W"]) & np.isfinite(new["B"])
+        for k in keys:
+            if k.startswith("mem"):
+                ok &= new[k] <= top
+        new = {k: v[ok] for k, v in new.items()}
+        acc = _prune(new, keys, top)
+    return acc
+
+
+def _prune(rows: dict[str, np.ndarray], keys: tuple[str, ...], levels: int) -> dict[str, np.ndarray]:
+    if not len(rows["W"]):
+        return rows
+    key = np.zeros(len(rows["W"]), dtype=np.int64)
+    for k in keys:
+        key = key * (levels + 2 if k.startswith("mem") else 2) + rows[k].astype(np.int64)
+    order = np.lexsort((rows["B"], rows["W"], key))
+    ks, B = key[order], rows["B"][order]
+    start = np.ones(len(ks), dtype=bool)
+    start[1:] = ks[1:] != ks[:-1]
+    gid = np.cumsum(start) - 1
+    big = 2.0 * (float(B.max() - B.min()) + 1.0)
+    run = np.minimum.accumulate(B - gid * big) + gid * big  # running least wait within each key
+    prev = np.empty_like(run)
+    prev[0] = np.inf
+    prev[1:] = run[:-1]
+    prev[start] = np.inf
+    keep = order[B < prev - 1e-12]
+    return {k: v[keep] for k, v in rows.items()}
+
+
+def _components(a: _Aug, X: list[int]) -> list[list[int]]:
+    """The branches of a segment: connected components of ``X`` (edges either way), each in
+    topological order."""
+    inset = set(X)
+    rank = {v: i for i, v in enumerate(a.topo)}
+    seen: set[int] = set()
+    out = []
+    for x in sorted(X, key=rank.__getitem__):
+        if x in seen:
+            continue
+        comp, stack = [], [x]
+        seen.add(x)
+        while stack:
+            y = stack.pop()
+            comp.append(y)
+            for z in a.pred[y] + a.succ[y]:
+                if z in inset and z not in seen:
+                    seen.add(z)
+                    stack.append(z)
+        out.append(sorted(comp, key=rank.__getitem__))
+    return out
+
+
+def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_rows: int = MAX_ROWS,
+                  deadline: float | None = None) -> float | None:
+    """The lower bound of the module docstring on the latency of any split (any number of calls
+    per accelerator), or None when a segment is too large to enumerate (see `MAX_ROWS`,
+    `MAX_SETS`) or the ``deadline`` (a `time.perf_counter` value) passes first. ``inf`` when
+    some node may run nowhere.
+
+    Parameters
+    ----------
+    graph, cluster : the instance.
+    levels : memory levels of a call; more is tighter and slower.
+    max_rows : most combinations of branch choices one segment may keep.
+    deadline : stop (None) once `time.perf_counter` passes it.
+
+    Returns
+    -------
+    float or None
+
+    Raises
+    ------
+    LimitError
+        Past `devplace_lite.single_sample.model.REACH_NODES` nodes (an ``n x n`` table).
+
+    The bound is that of the whole graph, or of `main_core` if higher: leaving nodes out is a
+    relaxation (a split of the graph, restricted to the rest, is a split of it, no slower).
+    """
+    if graph.n == 0:
+        return 0.0
+    best = _chain_bound(graph, cluster, levels, max_rows, deadline)
+    core = main_core(graph)
+    if core is not None and (best is None or math.isfinite(best)):
+        sub = _chain_bound(graph.subgraph(core), cluster, levels, max_rows, deadline)
+        if sub is not None and (best is None or sub > best):
+            best = sub
+    return best
+
+
+def main_core(graph: Graph) -> np.ndarray | None:
+    """The nodes on paths from the source with the most descendants to the sink with the most
+    ancestors (operator graphs hang weights and constants off the side of that core, and they
+    hide its articulation nodes), or None when the graph has one source and one sink."""
+    from .model import reachability
+
+    sources = [v for v in range(graph.n) if not graph.pred[v]]
+    sinks = [v for v in range(graph.n) if not graph.succ[v]]
+    if not sources or (len(sources) == 1 and len(sinks) == 1):  # an empty graph has no core
+        return None
+    R = reachability(graph)
+    np.fill_diagonal(R, True)
+    s = max(sources, key=lambda v: int(R[v].sum()))
+    t = max(sinks, key=lambda v: int(R[:, v].sum()))
+    return np.flatnonzero(R[s] & R[:, t])
+
+
+def _chain_bound(graph: Graph, cluster: Cluster, levels: int, max_rows: int, deadline: float | None) -> float | None:
+    a = _augment(graph, cluster, levels)
+    if np.any(~a.acc & ~np.isfinite(a.p_cpu)):
+        return math.inf
+    chain, R = _chain(a)
+    tau = a.n - 1
+    S = levels
+    T = 0.0  # sigma: on the CPU, at time 0
+    G = np.full(S + 1, np.inf)
+    for s, t in zip(chain, chain[1:]):
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
+        X = np.flatnonzero(R[s] & R[:, t]).tolist()
+        comps = _components(a, X)
+        if any(len(c) > 62 for c in comps):
+            return None
+        tables = []
+        for comp in comps:
+            tab = _branch_rows(a, comp, s, t, tau)
+            if tab is None:
+                return None
+            tables.append(tab)
+        direct = t in a.succ[s] and t != tau  # an edge into tau moves nothing
+        cs = a.comm[s]
+        Gpre = np.minimum.accumulate(G)
+        G2 = np.full(S + 1, np.inf)
+        T2 = np.inf
+        if a.acc[t]:
+            mt = _floor(a.mem[t])
+            # s in the same call as t: the whole segment with them
+            if a.acc[X].all() if X else True:
+                mX = _floor(a.mem[X].sum() + a.mem[t])
+                if mX <= S:
+                    G2[mX:] = np.minimum(G2[mX:], G[:S + 1 - mX] + float(a.p_acc[X].sum()) + a.p_acc[t])
+            if np.isfinite(Gpre).any():  # s on an accelerator, its call ends in the segment
+                rows = _combine(tables, ("memD", "memU", "eS", "fS"), ("A", "R"), "B", S, max_rows)
+                if rows is None:
+                    return None
+                val = (Gpre[S - rows["memD"]] + rows["W"] + cs * ((rows["eS"] | direct).astype(float)
+                       + (rows["fS"] | direct).astype(float)) + rows["B"] + a.p_acc[t])
+                idx = rows["memU"] + mt
+                ok = idx <= S
+                np.minimum.at(G2, idx[ok], val[ok])
+            if math.isfinite(T):  # s on the CPU
+                rows = _combine([{k: v[tab["Dempty"]] for k, v in tab.items()} for tab in tables],
+                                ("memU", "fS"), ("R",), "B", S, max_rows)
+                if rows is None:
+                    return None
+                val = T + rows["W"] + cs * (rows["fS"] | direct).astype(float) + rows["B"] + a.p_acc[t]
+                idx = rows["memU"] + mt
+                ok = idx <= S
+                np.minimum.at(G2, idx[ok], val[ok])
+        if math.isfinite(a.p_cpu[t]):
+            only = [{k: v[tab["Uempty"]] for k, v in tab.items()} for tab in tables]
+            if np.isfinite(Gpre).any():
+                rows = _combine(only, ("memD", "eS"), ("A",), "Bc", S, max_rows)
+                if rows is None:
+                    return None
+                val = Gpre[S - rows["memD"]] + rows["W"] + cs * (rows["eS"] | direct).astype(float) + rows["B"]
+                if len(val):
+                    T2 = min(T2, float(val.min()) + a.p_cpu[t])
+            if math.isfinite(T):
+                wait = max((float(tab["Bc"][tab["Dempty"] & tab["Uempty"]].max(initial=0.0)) for tab in tables),
+                           default=0.0)
+                T2 = min(T2, T + wait + a.p_cpu[t])
+        G = np.minimum.accumulate(G2)
+        T = T2
+    return float(T)
+
+
+def articulation_units(graph: Graph, cluster: Cluster) -> np.ndarray:
+    """Each node's place along the articulation chain of `main_core` (the whole graph when it has
+    one source and one sink): ``j`` for the ``j``-th articulation node and the nodes of the
+    segment before it; a node off the core takes the least place of the core nodes it reaches,
+    else the largest of those that reach it. An order of the graph by place (the latency search's
+    articulation order) keeps every block together with the weights it reads, so that a cut of
+    it into consecutive calls can cut where one tensor crosses."""
+    from .model import reachability
+
+    if graph.n == 0:
+        return np.zeros(0, dtype=np.int64)
+    core = main_core(graph)
+    core = np.arange(graph.n) if core is None else core
+    a = _augment(graph.subgraph(core), cluster, LEVELS)
+    chain, R = _chain(a)
+    m = len(core)
+    at = R[:m][:, chain]
+    at[np.arange(m)[:, None] == np.array(chain)[None, :]] = True
+    place = np.zeros(graph.n, dtype=np.int64)
+    on_core = np.zeros(graph.n, dtype=bool)
+    on_core[core] = True
+    place[core] = np.argmax(at, axis=1)
+    if on_core.all():
+        return place
+    full = reachability(graph)
+    for v in np.flatnonzero(~on_core).tolist():
+        ahead, behind = full[v] & on_core, full[:, v] & on_core
+        place[v] = place[ahead].min() if ahead.any() else (place[behind].max() if behind.any() else 0)
+    return place
+
+
+def articulation_split(graph: Graph, cluster: Cluster, place: np.ndarray | None = None,
+                       cpu: np.ndarray | None = None, keep: np.ndarray | None = None) -> np.ndarray | None:
+    """A split into calls along the articulation chain: the places of `articulation_units` cut
+    into consecutive runs, each one call on its own accelerator, so that the sum of the calls'
+    times (compute, receives, sends: a schedule's length, the calls running one after another)
+    is least among runs that fit in memory, at most ``k`` of them; a dynamic program over
+    (places done, calls used), each run's cost exact. The nodes ``cpu`` (a mask) go to the CPU
+    (a colocation class spread far); ``keep[j]``: no cut between places ``j`` and ``j + 1`` (a
+    class across them). None when no such cut fits."""
+    k = cluster.k
+    if k == 0 or graph.n == 0:
+        return None
+    acc, ok_cpu = allowed_kinds(graph, cluster)
+    cpu = np.zeros(graph.n, dtype=bool) if cpu is None else cpu
+    if not (acc | cpu).all() or not ok_cpu[cpu].all():
+        return None
+    place = articulation_units(graph, cluster) if place is None else place
+    place = np.where(cpu, -1, place)
+    J = int(place.max()) + 1
+    mem = np.bincount(place[~cpu], weights=graph.memory[~cpu], minlength=J)
+    work = np.bincount(place[~cpu], weights=graph.p_acc[~cpu], minlength=J)
+    src, dst, comm = graph.src, graph.dst, graph.comm
+    cost = np.full((J, J), np.inf)  # cost[i, j]: one call holding places i..j
+    for i in range(J):
+        for j in range(i, J):
+            if mem[i:j + 1].sum() > cluster.memory:
+                break
+            inside = (place >= i) & (place <= j)
+            cut = inside[src] != inside[dst]
+            recv = np.unique(src[cut & inside[dst]])
+            send = np.unique(src[cut & inside[src]])
+            cost[i, j] = work[i:j + 1].sum() + comm[recv].sum() + comm[send].sum()
+    f = np.full((J + 1, k + 1), np.inf)
+    f[0, 0] = 0.0
+    back = np.zeros((J + 1, k + 1), dtype=np.int64)
+    for j in range(1, J + 1):
+        for r in range(1, k + 1):
+            if keep is not None and j < J and keep[j - 1]:
+                continue
+            vals = f[:j, r - 1] + cost[:j, j - 1]
+            i = int(np.argmin(vals))
+            f[j, r], back[j, r] = vals[i], i
+    r = int(np.argmin(f[J]))
+    if not math.isfinite(f[J, r]):
+        return None
+    a = np.full(graph.n, k, dtype=np.int64)
+    j = J
+    while r:
+        i = int(back[j, r])
+        a[(place >= i) & (place < j)] = r - 1
+        j, r = i, r - 1
+    return a
+
+
+def best_latency_bound(graph: Graph, cluster: Cluster, q: int = 1, *, time_limit: float | None = None,
+                       upper: float | None = None,
+                       on_progress: Callable[[Bound], None] | None = None) -> Bound:
+    """The strongest latency lower bound the library proves within ``time_limit`` seconds,
+    cheapest step first, each raised bound reported through ``on_progress``:
+
+    1. `critical_path_bound` and `work_bound` (closed form);
+    2. `ready_bounds`: the path and interval programs (``q`` calls per accelerator);
+    3. `devplace_lite.single_sample.segments.segment_bound`: the articulation chain with each block
+       cut exactly (valid for any ``q``; ``None``, so skipped, on graphs it cannot split).
+
+    Steps 2 and 3 keep ``n x n`` tables and are skipped past `devplace_lite.single_sample.model.REACH_NODES` nodes. It stops
+    once the bound meets ``upper`` (a known split's latency) or the time is up; a step stopped
+    midway proves nothing and the finished ones stand.
+
+    Parameters
+    ----------
+    graph, cluster : the instance.
+    q : calls per accelerator of the splits bounded.
+    time_limit : seconds for the whole call (None: no limit).
+    upper : the latency of a known split, if any.
+    on_progress : called with the `Bound` proven so far each time a step raises it (a caller that
+        may stop this call midway keeps the last one).
+
+    Returns
+    -------
+    Bound
+        ``method`` names the step that gave it (``critical-path``, ``work``, ``path``,
+        ``segments``); status ``optimal`` when it meets ``upper``, ``infeasible`` when some node
+        may run nowhere (``inf``), ``time_limit`` otherwise; ``extra["components"]`` each step's
+        bound and seconds.
+
+    Examples
+    --------
+    >>> from devplace_lite.graph import Graph, Node
+    >>> g = Graph([Node(x, p_acc=1.0, p_cpu=10.0, comm=0.5, memory=1.0) for x in "abcd"],
+    ...           [("a", "b"), ("b", "c"), ("c", "d")])
+    >>> b = best_latency_bound(g, Cluster(4, 1, memory=2.0), upper=5.0)
+    >>> b.bound, b.status
+    (5.0, 'optimal')
+    """
+    from ..errors import LimitError
+    from .model import REACH_NODES
+
+    t0 = time.perf_counter()
+    deadline = None if time_limit is None else t0 + float(time_limit)
+    parts: dict[str, dict] = {}
+    best = (-math.inf, "none")
+
+    def status() -> str:
+        if math.isinf(best[0]) and best[0] > 0:
+            return "infeasible"
+        if upper is not None and best[0] >= upper * (1 - 1e-9):
+            return "optimal"
+        return "time_limit"
+
+    def bound() -> Bound:
+        return Bound(best[0], best[1], time.perf_counter() - t0, status(), kind="any",
+                     extra={"components": {k: dict(v) for k, v in parts.items()},
+                            "tight": status() == "optimal"})
+
+    def step(name: str, value: float | None, started: float) -> bool:
+        """Record a finished step; True when the caller should stop (tight or out of time)."""
+        nonlocal best
+        parts[name] = {"bound": value, "seconds": round(time.perf_counter() - started, 4)}
+        if value is not None and value > best[0]:
+            best = (value, name)
+            if on_progress is not None:
+                on_progress(bound())
+        return status() != "time_limit" or (deadline is not None and time.perf_counter() >= deadline)
+
+    started = time.perf_counter()
+    cheap = max((critical_path_bound(graph, cluster), "critical-path"), (work_bound(graph, cluster), "work"))
+    if step(cheap[1], cheap[0], started) or graph.n > REACH_NODES:
+        return bound()
+    started = time.perf_counter()
+    try:
+        path = ready_bounds(graph, cluster, q).bound
+    except LimitError:
+        path = None
+    if step("path", path, started):
+        return bound()
+    started = time.perf_counter()
+    step("segments", segment_bound(graph, cluster, deadline=deadline), started)
+    return bound()

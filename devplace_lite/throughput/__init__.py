@@ -1,0 +1,1 @@
+"""Maximum throughput: the largest device load of a pipelined split, minimised."""
