@@ -129,6 +129,138 @@ def megatron_plan(block: nn.Module) -> dict[str, Any] | None:
     return None
 
 
+# -- the calibration: Piper's model of a chain, measured here ----------------------------------
+def _fwd_bwd_seconds(module: nn.Module, inp: torch.Tensor, repeats: int) -> float:
+    """The least CPU time (this thread) of one forward and backward of ``module`` on ``inp``."""
+    best = math.inf
+    for _ in range(repeats):
+        x = inp.detach().requires_grad_(True)
+        c0 = time.thread_time()
+        out = module(x)
+        out.backward(torch.ones_like(out))
+        best = min(best, time.thread_time() - c0)
+    module.zero_grad(set_to_none=True)
+    return best
+
+
+def _saved_bytes(module: nn.Module, inp: torch.Tensor) -> int:
+    """Bytes autograd saves for the backward of one forward of ``module`` (its parameters not
+    counted: they are memory ``b``)."""
+    own = {q.data_ptr() for q in module.parameters()}
+    total = 0
+
+    def pack(x: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        if x.data_ptr() not in own:
+            total += x.numel() * x.element_size()
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        module(inp.detach().requires_grad_(True))
+    return total
+
+
+def _bytes(params: Any) -> int:
+    return sum(q.numel() * q.element_size() for q in params)
+
+
+def chain_model(model_fn: Callable[..., nn.Module] | str, model_kwargs: dict | None, microbatch: torch.Tensor, *,
+                devices: int, microbatches: int, memory: float = 2.0 ** 40, bandwidth: float = 1e9,
+                tensor_parallel: Sequence[int] = (1, 2), tp_plan: Callable | str = megatron_plan,
+                repeats: int = 5, seed: int = 0, dtype: str = "float64") -> Model:
+    """Piper's model of a ``torch.nn.Sequential`` chain, measured on this CPU (the calibration).
+
+    Layer ``i`` is child ``i``; edge ``i -> i+1`` carries the child's output bytes per sample.
+    Its ``vanilla`` TMPC at ``t = 1``: the least CPU time of a forward and backward on one
+    thread over ``repeats`` (per sample), its parameter bytes, memory ``a`` = the bytes autograd
+    saves per micro-batch and ``b`` = twice the parameter bytes (weights and gradients). At each
+    ``t > 1``: the same for the children ``tp_plan`` does not split (each of the ``t`` devices
+    runs them whole), and for those it splits the split submodules' time and parameters
+    divided by ``t``, plus a forward and a backward all-reduce of the block's output per sample
+    (``2 (t - 1) / t`` of its bytes each, over ``bandwidth``); activations as at ``t = 1`` (an
+    upper bound); and, as Piper's inputs state it, the edges' bytes as the syncs of a cut edge.
+    Times are in seconds, as the plan's time per sample then is.
+
+    Parameters
+    ----------
+    model_fn, model_kwargs
+        As for `run_plan`.
+    microbatch : torch.Tensor
+        One micro-batch of inputs (its first dimension: samples).
+    devices, microbatches, memory, bandwidth
+        Piper's cluster: ``k``, ``N``, bytes per device, bytes per second.
+    tensor_parallel : sequence of int
+        The degrees to model (1 is always there).
+    tp_plan, repeats, seed, dtype
+        The split of each child (`megatron_plan`), the timing repeats, the weights' seed and dtype.
+
+    Returns
+    -------
+    Model
+
+    Raises
+    ------
+    UsageError
+        When the model is not a ``torch.nn.Sequential`` or a value is out of range.
+
+    Examples
+    --------
+    >>> m = chain_model(encoder_stack, {"layers": 1}, torch.randn(2, 4, 16), devices=4, microbatches=2, repeats=1)
+    >>> [sorted(x.tmpcs) for x in m.layers], len(m.edges)
+    ([[1, 2], [1, 2], [1, 2]], 2)
+    """
+    from .model import check_cluster
+
+    spec = {"model_fn": _ref_name(model_fn), "model_kwargs": dict(model_kwargs or {}), "seed": seed, "dtype": dtype}
+    model = _build(spec)
+    tp_plan = _load(_ref_name(tp_plan))
+    if repeats < 1 or any(int(t) != t or t < 1 for t in tensor_parallel):
+        raise UsageError("repeats and tensor-parallel degrees must be positive integers")
+    m = microbatch.shape[0]
+    h = microbatch.to(getattr(torch, dtype))
+    out = model(h.detach().requires_grad_(True))  # warm up: the first call of each kernel is slower
+    out.backward(torch.ones_like(out))
+    model.zero_grad(set_to_none=True)
+    layers, edges, prev_bytes = [], [], 0.0
+    for i, child in enumerate(model):
+        with torch.no_grad():
+            out = child(h)
+        out_bytes = out.numel() * out.element_size() / m
+        p1 = _fwd_bwd_seconds(child, h, repeats) / m
+        w1 = float(_bytes(child.parameters()))
+        a1 = float(_saved_bytes(child, h))
+        ins = {i - 1: 0.0} if i else {}
+        outs = {i + 1: 0.0} if i + 1 < len(model) else {}
+        tmpcs = {1: (TMPC("vanilla", p1, w1, a1, 2 * w1, ins, outs),)}
+        layout = tp_plan(child)
+        for t in sorted(set(tensor_parallel) - {1}):  # unsplit: each of the t devices runs it whole
+            tmpcs[t] = tmpcs[1]
+        if layout:
+            subs = [child.get_submodule(name) for name in layout]
+            seen: dict[nn.Module, torch.Tensor] = {}
+            hooks = [s_.register_forward_pre_hook(lambda mod, args: seen.setdefault(mod, args[0].detach()))
+                     for s_ in subs]
+            with torch.no_grad():
+                child(h)
+            for hk in hooks:
+                hk.remove()
+            split = sum(_fwd_bwd_seconds(s_, seen[s_], repeats) for s_ in subs) / m
+            ws = float(sum(_bytes(s_.parameters()) for s_ in subs))
+            for t in sorted(set(tensor_parallel) - {1}):
+                comm = 2 * 2 * (t - 1) / t * out_bytes / bandwidth
+                tmpcs[t] = (TMPC("vanilla", p1 - split * (1 - 1 / t) + comm, w1 - ws * (1 - 1 / t), a1,
+                                 2 * (w1 - ws * (1 - 1 / t)), {u: prev_bytes for u in ins},
+                                 {v: out_bytes for v in outs}),)
+        layers.append(Layer(i, type(child).__name__, tmpcs))
+        if i + 1 < len(model):
+            edges.append((i, i + 1, out_bytes))
+        h, prev_bytes = out, out_bytes
+    result = Model(tuple(layers), tuple(edges), devices, memory, bandwidth, microbatches,
+                   extra={"calibrated": "CPU seconds per sample, one thread, this machine"})
+    check_cluster(result)
+    return result
+
+
 # -- the plan as a mesh --------------------------------------------------------------------
 def mesh_of(plan: Result | Sequence[Stage], children: int) -> tuple[int, int, int, list[tuple[int, int]]]:
     """``(d, stages, t, [(first child, end child) per stage])`` of a plan over a chain.
@@ -286,7 +418,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _launch(folder: str, world: int, threads: int, timeout: float, nodes: int = 1) -> None:
+def _launch(folder: str, world: int, threads: int, timeout: float, nodes: int = 1) -> list[list[str]]:
     """Start the ranks and wait for them: one process per rank with torchrun's environment
     (``nodes == 1``), or one ``torchrun`` per node on a loopback rendezvous (``nodes > 1``, the
     multi-machine path on one machine). Plain processes rather than torch.multiprocessing's
@@ -330,6 +462,7 @@ def _launch(folder: str, world: int, threads: int, timeout: float, nodes: int = 
             log.close()
     if any(pr.returncode for pr in procs):
         raise GraphError(f"a rank failed: {_last_error(texts)}")
+    return cmds
 
 
 def _last_error(texts: Sequence[str]) -> str:
@@ -363,7 +496,8 @@ def run_plan(plan: Result | Sequence[Stage], model_fn: Callable[..., nn.Module] 
              batch: torch.Tensor, target: torch.Tensor, *, microbatches: int, schedule: str = "gpipe",
              steps: int = 2, warmup: int = 1, check: bool = True, seed: int = 0, dtype: str = "float64",
              tp_plan: Callable | str = megatron_plan, forecast: float | None = None, threads: int = 1,
-             device: str = "cpu", timeout: float = 240.0, rtol: float = RTOL, atol: float = ATOL) -> dict[str, Any]:
+             device: str = "cpu", nodes: int = 1, timeout: float = 240.0, rtol: float = RTOL,
+             atol: float = ATOL) -> dict[str, Any]:
     """Execute a plan on ``d * stages * t`` processes (gloo on CPU) and check it.
 
     Parameters
@@ -394,11 +528,18 @@ def run_plan(plan: Result | Sequence[Stage], model_fn: Callable[..., nn.Module] 
     tp_plan : callable or str
         Child -> ``parallelize_module`` plan or None (default `megatron_plan`).
     forecast : float, optional
-        The plan's time per sample (seconds) to report beside the measurement.
+        The plan's time per sample (seconds) to report beside the measurement; by default a
+        `Result`'s objective.
     threads : int
         Intra-op threads per rank.
     device : {"cpu", "cuda"}
         ``"cuda"``: NCCL, one GPU per rank (never run here).
+    nodes : int
+        1: the ranks are processes started here with torchrun's environment; more: one
+        ``torchrun`` per node on a loopback rendezvous, the command a cluster runs on each
+        machine (``torchrun --nnodes NODES --node-rank R --nproc-per-node RANKS/NODES
+        --rdzv-endpoint HOST:PORT -m devplace_lite.multidim.run FOLDER``, FOLDER holding the
+        ``spec.json`` and ``batch.pt`` this function writes; returned as ``commands``).
     timeout : float
         Wall seconds for the whole run.
     rtol, atol : float
@@ -430,7 +571,8 @@ def run_plan(plan: Result | Sequence[Stage], model_fn: Callable[..., nn.Module] 
         raise UsageError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     if device not in ("cpu", "cuda"):
         raise UsageError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    for name, v, low in (("steps", steps, 1), ("warmup", warmup, 0), ("threads", threads, 1), ("microbatches", microbatches, 1)):
+    for name, v, low in (("steps", steps, 1), ("warmup", warmup, 0), ("threads", threads, 1),
+                         ("microbatches", microbatches, 1), ("nodes", nodes, 1)):
         if int(v) != v or v < low:
             raise UsageError(f"{name} must be an integer >= {low}, got {v}")
     ref, tp_ref = _ref_name(model_fn), _ref_name(tp_plan)
@@ -443,6 +585,10 @@ def run_plan(plan: Result | Sequence[Stage], model_fn: Callable[..., nn.Module] 
                          f"{microbatches} divisible by the data-parallel degree {d}, and match the target's "
                          f"{target.shape[0]}")
     world = d * p * t
+    if world % nodes:
+        raise UsageError(f"{world} processes do not split evenly over {nodes} nodes")
+    if forecast is None and isinstance(plan, Result):
+        forecast = plan.objective
     spec.update(mesh=[d, p, t], bounds=bounds, microbatches=microbatches // d, schedule=schedule, steps=steps,
                 warmup=warmup, threads=threads, device=device, timeout=timeout,
                 backend="nccl" if device == "cuda" else "gloo")
@@ -450,9 +596,12 @@ def run_plan(plan: Result | Sequence[Stage], model_fn: Callable[..., nn.Module] 
     with tempfile.TemporaryDirectory(prefix="devplace-mdrun-") as folder:
         (Path(folder) / "spec.json").write_text(json.dumps(spec))
         torch.save({"x": batch.to(dt), "y": target.to(dt)}, Path(folder) / "batch.pt")
-        _launch(folder, world, threads, timeout)
+        cmds = _launch(folder, world, threads, timeout, nodes)
         ranks = [torch.load(Path(folder) / f"rank{r}.pt") for r in range(world)]
-    return _gather(spec, ranks, reference if check else None, batch.to(dt), target.to(dt), forecast, rtol, atol)
+    out = _gather(spec, ranks, reference if check else None, batch.to(dt), target.to(dt), forecast, rtol, atol)
+    out["nodes"] = nodes
+    out["commands"] = [" ".join(c).replace(folder, "FOLDER") for c in cmds[:1 if nodes == 1 else nodes]]
+    return out
 
 
 def _gather(spec: dict, ranks: list[dict], reference: nn.Sequential | None, batch: torch.Tensor, target: torch.Tensor,
