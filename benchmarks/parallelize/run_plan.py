@@ -80,6 +80,8 @@ def main(argv=None) -> int:
             "stages": [{"layers": list(s.layers), "d": s.data_parallel, "t": s.tensor_parallel} for s in stages],
             "forecast_s_per_sample": forecast, "measured_cpu_s_per_sample": run["measured_cpu_per_sample"],
             "measured_over_forecast": run["measured_cpu_per_sample"] / forecast,
+            "actions_cpu_s_per_sample": run["measured_actions_per_sample"],
+            "actions_over_forecast": run["measured_actions_per_sample"] / forecast,
             "wall_s_per_sample": run["measured_wall_per_sample"],
             "speedup_forecast": peer / forecast, "speedup_measured_cpu": peer / run["measured_cpu_per_sample"],
             "check_ok": run["check"]["ok"], "grads_max_abs": run["check"]["grads_max_abs"],
@@ -107,19 +109,23 @@ def render(out: dict) -> str:
         "The forecast is Piper's time per sample of the plan on the model calibrated in the same run "
         "(`chain_model`: each child's forward + backward CPU seconds per sample on one thread; tensor-parallel "
         f"blocks: their feed-forward halves plus two all-reduces at a stated {out['bandwidth']:.0e} B/s). "
-        "Measured: the busiest rank's CPU seconds of a step over the batch (least of 3 steps). Peer: the unsplit "
+        "Measured: the busiest rank's CPU seconds of a step (all its threads: gloo's transport included) over "
+        "the batch, least of 3 steps; *in actions*: the same counted inside the stage's forward and backward "
+        "actions only (the model's compute, the tensor-parallel all-reduces and DDP's, without the schedule's "
+        "bookkeeping). Peer: the unsplit "
         f"model on one thread, {out['unsplit_cpu_s_per_sample'] * 1e3:.3f} ms per sample. Wall per sample: with more "
         "ranks than the 2 cores it measures the sharing, not the plan. Every run matched the unsplit model "
         "(float64, rtol 1e-9, atol 1e-11).", "",
-        "| plan | processes | forecast ms/sample | measured CPU ms/sample | measured / forecast | speed-up forecast | "
-        "speed-up measured | wall ms/sample | max grad diff | load |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| plan | processes | forecast ms/sample | in actions ms/sample | actions / forecast | measured CPU ms/sample "
+        "| measured / forecast | speed-up forecast | speed-up measured | wall ms/sample | max grad diff | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in out["rows"]:
         if "skipped" in r:
-            lines.append(f"| {r['plan']} | not run: {r['skipped']} |||||||||")
+            lines.append(f"| {r['plan']} | not run: {r['skipped']} |||||||||||")
             continue
         lines.append(f"| {r['plan']} | {r['processes']} | {r['forecast_s_per_sample'] * 1e3:.4f} | "
+                     f"{r['actions_cpu_s_per_sample'] * 1e3:.4f} | {r['actions_over_forecast']:.2f} | "
                      f"{r['measured_cpu_s_per_sample'] * 1e3:.4f} | {r['measured_over_forecast']:.2f} | "
                      f"{r['speedup_forecast']:.2f} | {r['speedup_measured_cpu']:.2f} | "
                      f"{r['wall_s_per_sample'] * 1e3:.3f} | {r['grads_max_abs']:.1e} | {r['load']} |")

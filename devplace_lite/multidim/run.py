@@ -365,6 +365,18 @@ def _rank(folder: str) -> None:
         # step's bucket rebuild then counts each parameter once per micro-batch and fails.
         mod.require_backward_grad_sync = False
     stage = PipelineStage(mod, pp, p, device, group=mesh.get_group("pp"))
+    actions = [0.0]  # main-thread CPU seconds inside the stage's forward and backward actions
+    for name in ("forward_one_chunk", "backward_one_chunk"):
+        inner = getattr(stage, name)
+
+        def timed(*args: Any, _inner: Callable = inner, **kwargs: Any) -> Any:
+            c = time.thread_time()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                actions[0] += time.thread_time() - c
+
+        setattr(stage, name, timed)
     micro = spec["microbatches"]
     cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[spec["schedule"]]
 
@@ -379,20 +391,23 @@ def _rank(folder: str) -> None:
     share = data["x"].shape[0] // d
     x = data["x"][dp * share:(dp + 1) * share].to(device)
     y = data["y"][dp * share:(dp + 1) * share].to(device)
-    walls, cpus, out = [], [], None
+    walls, cpus, threads, acts, out = [], [], [], [], None
     for _ in range(spec["warmup"] + spec["steps"]):
         for prm in params.values():
             prm.grad = None
         dist.barrier()
         if cuda:
             torch.cuda.synchronize()
-        c0, w0 = time.process_time(), time.perf_counter()
+        actions[0] = 0.0
+        c0, m0, w0 = time.process_time(), time.thread_time(), time.perf_counter()
         args = (x,) if pp == 0 else ()
         kwargs = {"target": y} if pp == p - 1 else {}
         res = sched.step(*args, **kwargs)
         if cuda:
             torch.cuda.synchronize()
         cpus.append(time.process_time() - c0)
+        threads.append(time.thread_time() - m0)
+        acts.append(actions[0])
         walls.append(time.perf_counter() - w0)
         if pp == p - 1:
             out = res
@@ -406,7 +421,8 @@ def _rank(folder: str) -> None:
             g = g.full_tensor()
         grads[name] = None if g is None else g.detach().cpu()
     torch.save({"rank": rank, "coords": [dp, pp, tp], "out": None if out is None else out.detach().cpu(),
-                "grads": grads, "wall": walls[spec["warmup"]:], "cpu": cpus[spec["warmup"]:]},
+                "grads": grads, "wall": walls[spec["warmup"]:], "cpu": cpus[spec["warmup"]:],
+                "main_thread": threads[spec["warmup"]:], "actions": acts[spec["warmup"]:]},
                Path(folder) / f"rank{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
@@ -550,11 +566,16 @@ def run_plan(plan: Result | Sequence[Stage], model_fn: Callable[..., nn.Module] 
     dict
         ``mesh`` (``{"dp", "pp", "tp"}``), ``processes``, ``backend``, ``schedule``,
         ``microbatches``, ``batch``, per rank its coordinates, CPU and wall seconds per step;
-        ``measured_cpu_per_sample`` (the busiest rank's CPU time of a step, over the batch:
-        what its device was busy for), ``measured_wall_per_sample``, ``forecast_per_sample``;
-        with ``check``: ``check`` holding ``outputs_max_abs``, ``outputs_max_rel``,
-        ``grads_max_abs``, ``grads_max_rel``, ``parameters_checked``, ``rtol``, ``atol`` and
-        ``ok``.
+        ``measured_cpu_per_sample`` (the busiest rank's CPU time of a step, all its threads,
+        the least over the steps, over the batch: what its device was busy for),
+        ``measured_main_thread_per_sample`` (the same, its main thread only: without gloo's
+        transport threads), ``measured_actions_per_sample`` (the same, inside the stage's
+        forward and backward actions only: without the schedule's bookkeeping and waits),
+        ``measured_wall_per_sample``, ``forecast_per_sample``, ``nodes``,
+        ``commands`` (how the ranks were started); with ``check``: ``check`` holding
+        ``outputs_max_abs``, ``outputs_max_rel``, ``grads_max_abs``, ``grads_max_rel`` (the
+        largest difference over the largest reference entry, per tensor), ``parameters_checked``,
+        ``rtol``, ``atol`` and ``ok``.
 
     Raises
     ------
@@ -609,13 +630,19 @@ def _gather(spec: dict, ranks: list[dict], reference: nn.Sequential | None, batc
     d, p, t = spec["mesh"]
     n = batch.shape[0]
     busiest = max(min(r["cpu"]) for r in ranks)
+    main = max(min(r["main_thread"]) for r in ranks)
+    acts = max(min(r["actions"]) for r in ranks)
     wall = max(min(r["wall"]) for r in ranks)
     out: dict[str, Any] = {
         "mesh": {"dp": d, "pp": p, "tp": t}, "processes": len(ranks), "backend": spec["backend"],
         "schedule": spec["schedule"], "microbatches": spec["microbatches"] * d, "batch": n, "dtype": spec["dtype"],
         "ranks": [{"rank": r["rank"], "dp": r["coords"][0], "pp": r["coords"][1], "tp": r["coords"][2],
-                   "cpu_per_step": r["cpu"], "wall_per_step": r["wall"]} for r in ranks],
-        "measured_cpu_per_sample": busiest / n, "measured_wall_per_sample": wall / n,
+                   "cpu_per_step": r["cpu"], "main_thread_cpu_per_step": r["main_thread"],
+                   "actions_cpu_per_step": r["actions"],
+                   "wall_per_step": r["wall"]} for r in ranks],
+        "measured_cpu_per_sample": busiest / n, "measured_main_thread_per_sample": main / n,
+        "measured_actions_per_sample": acts / n,
+        "measured_wall_per_sample": wall / n,
         "forecast_per_sample": forecast,
     }
     if reference is None:
