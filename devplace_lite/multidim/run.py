@@ -209,15 +209,25 @@ def chain_model(model_fn: Callable[..., nn.Module] | str, model_kwargs: dict | N
     >>> [sorted(x.tmpcs) for x in m.layers], len(m.edges)
     ([[1, 2], [1, 2], [1, 2]], 2)
     """
-    from .model import check_cluster
-
     spec = {"model_fn": _ref_name(model_fn), "model_kwargs": dict(model_kwargs or {}), "seed": seed, "dtype": dtype}
     model = _build(spec)
     tp_plan = _load(_ref_name(tp_plan))
     if repeats < 1 or any(int(t) != t or t < 1 for t in tensor_parallel):
         raise UsageError("repeats and tensor-parallel degrees must be positive integers")
-    m = microbatch.shape[0]
-    h = microbatch.to(getattr(torch, dtype))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank runs; idle intra-op workers also spin on this thread's clock
+    try:
+        return _chain(model, microbatch.to(getattr(torch, dtype)), tp_plan, devices, microbatches, memory, bandwidth,
+                      tensor_parallel, repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _chain(model: nn.Sequential, h: torch.Tensor, tp_plan: Callable, devices: int, microbatches: int, memory: float,
+           bandwidth: float, tensor_parallel: Sequence[int], repeats: int) -> Model:
+    from .model import check_cluster
+
+    m = h.shape[0]
     out = model(h.detach().requires_grad_(True))  # warm up: the first call of each kernel is slower
     out.backward(torch.ones_like(out))
     model.zero_grad(set_to_none=True)
