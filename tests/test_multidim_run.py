@@ -73,7 +73,8 @@ def test_the_check_sees_a_wrong_gradient_and_a_wrong_output():
 
     def gather(o, g):
         torch.manual_seed(0)
-        rank = {"rank": 0, "coords": [0, 0, 0], "out": o, "grads": g, "cpu": [1.0], "wall": [1.0]}
+        rank = {"rank": 0, "coords": [0, 0, 0], "out": o, "grads": g, "cpu": [1.0], "wall": [1.0],
+                "main_thread": [1.0], "actions": [1.0]}
         return _gather(spec, [rank], encoder_stack(**SPEC).double(), x.double(), y.double(), None, 1e-9, 1e-11)
 
     assert gather(out.detach(), grads)["check"]["ok"]
