@@ -41,6 +41,30 @@ def _unsplit_cpu(model_fn, x, y, repeats: int = 3) -> float:
     return best
 
 
+def best_uniform(model) -> list | None:
+    """The plan of least forecast among those one device mesh runs (every stage the same d and
+    t), by enumeration: every split of the chain into contiguous stages, every (d, t)."""
+    from itertools import combinations
+
+    from devplace_lite.errors import UsageError
+    from devplace_lite.multidim import Stage, evaluate
+
+    n, best, found = len(model.layers), None, None
+    for p in range(1, n + 1):
+        for cuts in combinations(range(1, n), p - 1):
+            bounds = list(zip((0, *cuts), (*cuts, n)))
+            for d in range(1, model.devices + 1):
+                for t in (1, 2):
+                    stages = [Stage(tuple(range(a, b)), d, t, {i: "vanilla" for i in range(a, b)}) for a, b in bounds]
+                    try:
+                        tps, _, reason = evaluate(model, stages)
+                    except UsageError:  # too many devices, or d does not divide N
+                        continue
+                    if reason is None and (best is None or tps < best):
+                        best, found = tps, stages
+    return found
+
+
 def main(argv=None) -> int:
     import torch
 
@@ -71,6 +95,10 @@ def main(argv=None) -> int:
         plans[f"planner's optimum at k=8 (dp{d} x pp{p} x tp{t})"] = best.stages
     except UsageError as e:
         rows.append({"plan": "planner's optimum at k=8", "skipped": str(e)})
+    uniform = best_uniform(model)
+    if uniform is not None:
+        d, p, t, _ = mesh_of(uniform, len(model.layers))
+        plans[f"best one-mesh plan at k=8 (dp{d} x pp{p} x tp{t})"] = uniform
     for name, stages in plans.items():
         forecast, stages, reason = evaluate(model, list(stages))
         run = run_plan(stages, encoder_stack, SPEC, x, y, microbatches=N, forecast=forecast, steps=3, warmup=1,
