@@ -103,6 +103,9 @@ def test_run_plan_refuses_bad_sizes_before_starting_anything():
         run_plan(_plan(2, 1), encoder_stack, SPEC, x, y, microbatches=4)
     with pytest.raises(UsageError, match="schedule"):
         run_plan(_plan(1, 1), encoder_stack, SPEC, x, y, microbatches=2, schedule="zb")
+    if torch.cuda.device_count() < 2:
+        with pytest.raises(UsageError, match="one GPU per rank"):
+            run_plan(_plan(1, 1), encoder_stack, SPEC, x, y, microbatches=2, device="cuda")
     with pytest.raises(UsageError, match="module-level"):
         run_plan(_plan(1, 1), lambda: encoder_stack(**SPEC), None, x, y, microbatches=2)
 
