@@ -37,7 +37,8 @@ def test_dp2_pp2_tp2_equals_the_unsplit_model_beside_the_forecast():
     model = chain_model(encoder_stack, SPEC, x[:4], devices=8, microbatches=4, repeats=2)
     forecast, stages, reason = evaluate(model, _plan(2, 2))
     assert reason is None and forecast > 0
-    run = run_plan(stages, encoder_stack, SPEC, x, y, microbatches=4, forecast=forecast, steps=1, warmup=1)
+    run = run_plan(stages, encoder_stack, SPEC, x, y, microbatches=4, forecast=forecast, steps=1, warmup=1,
+                   timeout=400)
     assert run["mesh"] == {"dp": 2, "pp": 2, "tp": 2} and run["processes"] == 8 and run["backend"] == "gloo"
     c = run["check"]
     assert c["ok"], c
@@ -55,7 +56,7 @@ def test_two_torchrun_nodes_run_a_two_stage_pipeline_with_1f1b():
     ranks: the eight-rank mesh above runs the same rank code)."""
     x, y = _batch(8, seed=2)
     run = run_plan(_plan(1, 1), encoder_stack, SPEC, x, y, microbatches=4, schedule="1f1b", nodes=2,
-                   steps=1, warmup=0)
+                   steps=1, warmup=0, timeout=400)
     assert run["nodes"] == 2 and run["processes"] == 2 and run["check"]["ok"], run["check"]
     assert all("torch.distributed.run" in c and "--nnodes 2" in c for c in run["commands"])
 
