@@ -55,8 +55,8 @@ all-reduces of the block's output over the stated bandwidth; the others run whol
 the ``t`` devices). Its time per sample is in seconds, so the plan's forecast compares with
 what a run measures: the busiest rank's CPU time per sample, inside its stage's actions (the
 model's compute and collectives) and in all (with the schedule's bookkeeping and gloo's
-threads). On this CPU the first was 1.3 to 1.5 times the forecast for data and pipeline
-parallelism and about 3 times it with tensor parallelism, whose DTensor dispatch on
+threads). On this CPU, beside other loads, the first was 0.8 to 1.6 times the forecast for
+data and pipeline parallelism and 3 to 4 times it with tensor parallelism, whose DTensor dispatch on
 tensors this small the analytic ``t = 2`` variant does not see
 (benchmarks/parallelize/run_plan.md).
 
