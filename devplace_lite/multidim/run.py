@@ -111,7 +111,8 @@ from .model import TMPC, Layer, Model
 from .plan import Result, Stage
 
 SCHEDULES = ("gpipe", "1f1b")
-#: The default tolerances of the check (float64 runs; float32 runs should pass looser ones).
+#: The default tolerances of the check, for float64 runs (a float32 dp2 x pp2 x tp2 1F1B run here
+#: differed by at most 4.8e-7 in outputs and 3e-8 in gradients: pass rtol=1e-4, atol=1e-6).
 RTOL, ATOL = 1e-9, 1e-11
 
 
