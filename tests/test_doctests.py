@@ -15,7 +15,7 @@ import pytest
 from test_layers import MODULES
 
 TORCH_MODULES = ("zoo", "profile", "pipeline", "rl", "commands.pipeline", "commands.profile", "commands.place_rl",
-                 "course.data_build")
+                 "course.data_build", "multidim.run")
 
 
 @pytest.mark.parametrize("mod", sorted(m for m in MODULES if m))
