@@ -74,10 +74,12 @@ student-book: $(STUDENT_EXECUTED)
 	$(BIN)/python -m devplace_lite.course.book html --edition student
 	$(BIN)/python -m devplace_lite.course.book pdf --edition student
 
-# The authors' published workloads (MIT) from their public repository into build/reference;
-# then export DEVPLACE_REFERENCE=$(CURDIR)/build/reference/msr-dnn-partitioning
+# The authors' published workloads and Piper's inputs (MIT) from their public repositories into
+# build/reference; then export DEVPLACE_REFERENCE=$(CURDIR)/build/reference/msr-dnn-partitioning
+# and DEVPLACE_PIPER=$(CURDIR)/build/reference/msr-piper
 reference: $(STAMP)
 	$(BIN)/python -m devplace_lite.course.reference build/reference/msr-dnn-partitioning
+	$(BIN)/python -m devplace_lite.course.reference --piper build/reference/msr-piper
 
 # The student edition: solutions replaced by stubs, checks kept (build/student/chapters and /notebooks).
 student: $(STAMP)

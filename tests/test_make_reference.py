@@ -95,3 +95,22 @@ def test_reference_dir_reads_the_environment_first(stand_in, tmp_path, monkeypat
     shared = find_checkout().parent / "shared" / "reference" / reference.NAME
     expected = shared if (shared / "throughput-inputs").is_dir() else None
     assert reference.reference_dir() == expected      # falls back to ../shared, else None
+
+
+def test_the_piper_fetch_takes_its_inputs_and_licence_only_and_piper_dir_finds_them(tmp_path, monkeypatch):
+    work = tmp_path / "piper"
+    (work / "inputs").mkdir(parents=True)
+    (work / "inputs" / "gnmt.json").write_text("{}")
+    (work / "LICENSE.txt").write_text("MIT License\n")
+    (work / "algo.cpp").write_text("// their program: never copied\n")
+    git("init", "-q", "-b", "main", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "inputs", cwd=work)
+    commit = git("rev-parse", "HEAD", cwd=work)
+    dest = tmp_path / "ref" / reference.PIPER_NAME
+    r = subprocess.run([sys.executable, "-m", "devplace_lite.course.reference", "--piper", str(dest), "--url", work.as_uri(),
+                        "--commit", commit], capture_output=True, text=True)
+    assert r.returncode == 0 and f"export DEVPLACE_PIPER={dest}" in r.stdout, r.stderr
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*reference.PIPER_PARTS, "SOURCE_COMMIT"])
+    monkeypatch.setenv("DEVPLACE_PIPER", str(dest))
+    assert reference.piper_dir() == dest

@@ -32,11 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from devplace_lite.course.reference import PIPER_COMMIT, PIPER_NAME, PIPER_URL, piper_dir
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
-INPUTS = Path(os.environ.get("PIPER_INPUTS", ROOT.parent / "shared" / "reference" / "msr-piper" / "inputs"))
-URL = "https://github.com/msr-fiddle/piper"
-COMMIT = "d7fc8cf91048f4b71dc2f9182fa14ebf720c016e"
+INPUTS = (piper_dir() or ROOT.parent / "shared" / "reference" / PIPER_NAME) / "inputs"
+URL, COMMIT = PIPER_URL, PIPER_COMMIT
 GIB = float(1 << 30)
 BANDWIDTH = 25.0 * GIB
 FILES = {"bert": "bert32a100.json", "gnmt": "gnmt.json", "resnet": "resnet.json"}
