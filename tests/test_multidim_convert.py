@@ -109,6 +109,14 @@ def test_a_path_that_leaves_the_shardable_ops_keeps_the_linear_whole():
     assert set(split_kinds(g).values()) == {"replicated"}
 
 
+def test_hugging_face_names_split_and_convolutions_do_not():
+    hf = Graph([Node("a", name="Conv1D"), Node("g", name="NewGELUActivation"), Node("b", name="Conv1D")],
+               [("a", "g"), ("g", "b")])
+    assert split_kinds(hf) == {"a": "column", "g": "inner", "b": "row"}
+    conv = Graph([Node("a", name="Conv1d"), Node("g", name="ReLU"), Node("b", name="Conv1d")], [("a", "g"), ("g", "b")])
+    assert set(split_kinds(conv).values()) == {"replicated"}
+
+
 def _check_t1_equals_graph(g: Graph) -> None:
     m = from_graph(g, degrees=(1, 2))
     fwd = [v for v in g.nodes if not v.backward]
@@ -176,3 +184,40 @@ def test_bad_input():
     with pytest.raises(GraphError, match="devices"):
         from_graph(g, devices=0)
     assert math.isclose(from_graph(g).memory, 16 * 2**30)
+
+
+def test_a_profiled_torch_model_converts_and_plans():
+    """The profiler's graph of a model written here (nothing of ours inside it: torch's own
+    MultiheadAttention, Linear, GELU, LayerNorm), as `devplace profile` writes it."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from devplace_lite.pipeline.profile import profile
+
+    class Block(nn.Module):
+        def __init__(self, h: int = 32):
+            super().__init__()
+            self.n1, self.n2 = nn.LayerNorm(h), nn.LayerNorm(h)
+            self.att = nn.MultiheadAttention(h, 4, batch_first=True)
+            self.fc, self.act, self.proj = nn.Linear(h, 4 * h), nn.GELU(), nn.Linear(4 * h, h)
+
+        def forward(self, x):
+            y = self.n1(x)
+            x = x + self.att(y, y, y, need_weights=False)[0]
+            return x + self.proj(self.act(self.fc(self.n2(x))))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), Block(), Block(), nn.Linear(32, 10))
+    g = profile(model, torch.randn(4, 8, 16), granularity="layer", spec="A100", training=True, progress=False)
+    kinds = split_kinds(g)
+    assert [kinds[f"_{b}_{x}"] for b in (1, 2) for x in ("att", "fc", "act", "proj", "n1")] == \
+        ["block", "column", "inner", "row", "replicated"] * 2
+    assert kinds["_0"] == kinds["_3"] == "replicated"  # a lone Linear has no partner to pair with
+    _check_t1_equals_graph(g)
+    m = from_graph(g, degrees=(1, 2, 4), devices=8, microbatches=4, memory=1e6)
+    fc = next(x for x in m.layers if x.name == "_1_fc")
+    # the column Linear's parameters split four ways: weight 32x128 and bias 128, float32
+    assert _opt(m, fc.id, 1).parameter_size == pytest.approx(4 * (32 * 128 + 128))
+    assert _opt(m, fc.id, 4).parameter_size == pytest.approx((32 * 128 + 128))
+    r = parallelize(m)
+    assert r.status == "optimal" and r.objective > 0

@@ -16,15 +16,18 @@ The analytic model (everything per micro-batch: one micro-batch is the graph's p
 * Parameters ``w = memory - out_bytes`` of the forward node (the profiler's rule: memory is the
   parameters plus the output). Memory ``b = state_factor * w_t`` (weights and gradients when 2,
   as Piper's inputs count them; 4 adds Adam's two moments), ``a`` = the stored output ``o_t``.
-* Which operators are split (Megatron-LM, Shoeybi et al. 2019): a ``Linear`` whose every path
-  forward reaches another ``Linear`` through shardable operators only (activations, dropout,
-  views, transposes, matmul, scaling, softmax: they act per column or per head) is
+* Which operators are split (Megatron-LM, Shoeybi et al. 2019): a ``Linear`` (`LINEAR`) whose
+  every path forward reaches another ``Linear`` through shardable operators only (`SHARDABLE`:
+  activations, dropout, views, transposes, matmul, scaling, softmax, which act per column or
+  per head) is
   *column*-parallel; the Linears reached are *row*-parallel; the operators between are *inner*
   (they run on ``1/t`` of the columns or heads). A non-Linear node whose name contains
   ``attention`` (a whole attention block, as layer-granularity profiles have it) is a *block*
   (column-parallel QKV, row-parallel output). Every other operator is *replicated* on the ``t``
   devices: layer norms, residual adds, embeddings, the output head, convolutions (Megatron
-  splits the embedding by vocabulary; this model does not).
+  splits the embedding by vocabulary; this model does not). A shardable operator that also reads
+  a tensor from outside (an attention mask added to the scores) keeps its region whole: the
+  rule is conservative where shapes would be needed to tell a broadcast from a residual.
 * Time at degree ``t``: split kinds run ``(fwd + bwd) / t``; replicated ones ``fwd + bwd``. A
   row or block node adds the forward all-reduce of its output (Megatron's ``g``); a column or
   block node adds the backward all-reduce of its input gradient (``f``; the input's bytes are
@@ -59,11 +62,16 @@ from .model import MAX_DEVICES, TMPC, Layer, Model, check_cluster
 #: The split kinds `split_kinds` assigns.
 KINDS = ("column", "row", "inner", "block", "replicated")
 
-#: Operators that act per column (or per head) and so run on a shard unchanged; compared with
-#: the node's ``name`` (the module class or the ATen op), lower-cased.
-SHARDABLE = frozenset({"gelu", "relu", "silu", "tanh", "sigmoid", "newgeluactivation", "dropout", "view",
-                       "reshape", "transpose", "permute", "contiguous", "matmul", "bmm", "truediv", "div",
-                       "mul", "softmax", "scaled_dot_product_attention"})
+#: Names of linear layers (a node's ``name`` is its module class or its function): torch's, the
+#: output projection of ``nn.MultiheadAttention``, and Hugging Face's ``Conv1D`` (a Linear with
+#: its weight transposed; not ``nn.Conv1d``).
+LINEAR = frozenset({"Linear", "linear", "NonDynamicallyQuantizableLinear", "Conv1D"})
+
+#: Operators that act per column (or per head) and so run on a shard unchanged: these names,
+#: lower-cased, and any name that contains one of `SHARDABLE_PARTS` (``GELUActivation``, ...).
+SHARDABLE = frozenset({"tanh", "sigmoid", "view", "reshape", "transpose", "permute", "contiguous", "matmul", "bmm",
+                       "truediv", "div", "mul", "scaled_dot_product_attention"})
+SHARDABLE_PARTS = ("gelu", "relu", "silu", "dropout", "softmax")
 
 #: Default bandwidth of the tensor-parallel group's links (bytes/s): NVLink 2 on a V100, one
 #: direction, the accelerator of the zoo's profiles.
@@ -72,8 +80,9 @@ TP_BANDWIDTH = 150e9
 LINK = 16e9
 
 
-def _is_linear(name: str) -> bool:
-    return name.lower() == "linear"
+def _shardable(name: str) -> bool:
+    low = name.lower()
+    return low in SHARDABLE or any(part in low for part in SHARDABLE_PARTS)
 
 
 def split_kinds(graph: Graph) -> dict[str, str]:
@@ -101,7 +110,8 @@ def split_kinds(graph: Graph) -> dict[str, str]:
     is_fwd = set(fwd)
     succ = [[w for w in graph.succ[i] if w in is_fwd] for i in range(graph.n)]
     pred = [[u for u in graph.pred[i] if u in is_fwd] for i in range(graph.n)]
-    name = [v.name.lower() for v in graph.nodes]
+    name = [v.name for v in graph.nodes]
+    linear = [v.name in LINEAR for v in graph.nodes]
     order = [i for i in graph.topological_order().tolist() if i in is_fwd]
 
     def region(u: int) -> tuple[set[int], set[int]] | None:
@@ -114,9 +124,9 @@ def split_kinds(graph: Graph) -> dict[str, str]:
             return None
         while stack:
             x = stack.pop()
-            if _is_linear(name[x]):
+            if linear[x]:
                 rows.add(x)
-            elif name[x] in SHARDABLE and succ[x]:
+            elif _shardable(name[x]) and succ[x]:
                 if x not in inner:
                     inner.add(x)
                     stack.extend(succ[x])
@@ -130,7 +140,7 @@ def split_kinds(graph: Graph) -> dict[str, str]:
     # in topological order, so a Linear that an earlier region ends on is a row, never a column;
     # regions may share inner nodes (q, k and v meet in the attention matmuls)
     for u in order:
-        if _is_linear(name[u]) and u not in rows_taken:
+        if linear[u] and u not in rows_taken:
             r = region(u)
             if r is not None:
                 regions[u] = r
@@ -149,7 +159,7 @@ def split_kinds(graph: Graph) -> dict[str, str]:
         kind.update((x, "inner") for x in inner)
         kind.update((x, "row") for x in rows)
     for i in fwd:
-        if kind[i] == "replicated" and "attention" in name[i] and not _is_linear(name[i]):
+        if kind[i] == "replicated" and "attention" in name[i].lower() and not linear[i]:
             kind[i] = "block"
     return {graph.nodes[i].id: kind[i] for i in sorted(fwd)}
 
