@@ -221,3 +221,36 @@ def test_a_profiled_torch_model_converts_and_plans():
     assert _opt(m, fc.id, 4).parameter_size == pytest.approx((32 * 128 + 128))
     r = parallelize(m)
     assert r.status == "optimal" and r.objective > 0
+
+
+#: Linear three times as likely as any other name, so that pairs form (about a quarter of the graphs
+#: of these two families get a column node, a tenth an inner one)
+NAMES = ["Linear"] * 3 + ["GELU", "Dropout", "view", "matmul", "softmax", "add", "LayerNorm", "SelfAttention", "Conv2d"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(family=st.sampled_from(["skip_chain", "series_parallel"]), n=st.integers(2, 14), seed=st.integers(0, 10_000),
+       data=st.data())
+def test_split_kinds_keep_megatrons_rules_on_random_graphs(family, n, seed, data):
+    """On random DAGs with random operator names: a column node's every path forward reaches a
+    row node through inner nodes only; an inner or row node reads sharded tensors only; and the
+    t = 1 variant is still the graph's costs."""
+    g0 = generate(family, n, seed=seed)
+    names = data.draw(st.lists(st.sampled_from(NAMES), min_size=g0.n, max_size=g0.n))
+    g = g0.with_nodes([Node(**{**v.__dict__, "name": nm, "out_bytes": 100.0 + i}) for i, (v, nm) in enumerate(zip(g0.nodes, names))])
+    kind = {g.index[v]: k for v, k in split_kinds(g).items()}
+    for v, k in kind.items():
+        if k in ("inner", "row"):
+            assert g.pred[v] and all(kind[u] in ("column", "inner") for u in g.pred[v]), (v, k)
+        if k == "column":
+            stack, seen = list(g.succ[v]), set()
+            assert stack
+            while stack:
+                w = stack.pop()
+                assert kind[w] in ("inner", "row"), (v, w, kind[w])
+                if kind[w] == "inner" and w not in seen:
+                    seen.add(w)
+                    stack.extend(g.succ[w])
+        if k in ("column", "row"):
+            assert g.nodes[v].name == "Linear"
+    _check_t1_equals_graph(g)
