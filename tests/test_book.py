@@ -58,9 +58,9 @@ NOTEBOOK_PAGES = bk.notebook_pages()
 BUSY = 2
 #: Chapters that print results tables, and chapters with formulas in their prose.
 TABLES = {"01_placement_problem", "02_dp_over_ideals", "03_throughput_ip", "04_latency_ip", "05_lower_bounds",
-          "06_heuristics", "08_torch_pipeline"}
+          "06_heuristics", "08_torch_pipeline", "09_parallelism"}
 MATH = {"01_placement_problem", "02_dp_over_ideals", "03_throughput_ip", "04_latency_ip", "05_lower_bounds",
-        "07_rl_placement", "08_torch_pipeline"}
+        "07_rl_placement", "08_torch_pipeline", "09_parallelism"}
 
 
 def toc_files() -> list[str]:
