@@ -49,7 +49,7 @@ from .. import options
 from ..errors import UsageError
 from . import print_json
 
-HELP = "plan a model's pipeline (profile, exact split, bound, memory) and write a torchrun script"
+HELP = "plan a model's pipeline (capture, exact split, bound, memory), write a torchrun script, run it"
 #: Micro-batches per step when --microbatches is not given (fewer when they do not divide the batch).
 MICROBATCHES = 4
 EPILOG = """\
@@ -60,6 +60,7 @@ importable, as with python -m. Examples:
   devplace plan gpt -k 2 --out build/plan
   devplace plan mynet:build -k 2 --out build/plan   # def build(batch=8, seed=0) in ./mynet.py
   devplace plan devplace_lite.zoo.external:gpt2 -k 2 --inference --out build/gpt2-plan
+
 """
 
 
@@ -98,10 +99,12 @@ def _microbatches(text: str) -> int | str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog, parser.formatter_class = EPILOG, argparse.RawDescriptionHelpFormatter
+    parser.epilog, parser.formatter_class = EPILOG + options.NAMES_RULE, argparse.RawDescriptionHelpFormatter
     parser.add_argument("model", help="zoo name or module:function returning (model, example inputs of the batch); "
                                       "the current folder is importable (examples below)")
-    parser.add_argument("-k", "--stages", type=options.WORKERS, required=True, help="devices (pipeline stages at most), >= 1")
+    parser.add_argument("-k", "--accelerators", type=options.WORKERS, required=True,
+                        help="accelerators, as everywhere in devplace: one pipeline rank (a torchrun process) each, "
+                             "1..1024; a rank holds --stages-per-rank stages")
     parser.add_argument("--schedule", choices=[*SCHEDULE_NAMES, "auto"], default="1f1b",
                         help="torch's pipeline schedule, or auto: the least forecast step (default 1f1b)")
     parser.add_argument("--stages-per-rank", type=_per_rank, default=None,
@@ -163,7 +166,7 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    words = ["devplace", "plan", args.model, "-k", str(args.stages), "--schedule", args.schedule,
+    words = ["devplace", "plan", args.model, "-k", str(args.accelerators), "--schedule", args.schedule,
              "--microbatches", str(args.microbatches)]
     if args.stages_per_rank is not None:
         words += ["--stages-per-rank", str(args.stages_per_rank)]
@@ -197,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
                       f"divide the batch of {got} (set --microbatches, or --batch)", file=sys.stderr)
         elif got and got % asked:
             raise UsageError(_indivisible(got, asked))
-    common = dict(k=args.stages, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
+    common = dict(k=args.accelerators, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
                   method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
                   repeats=args.repeats, model_spec=args.model, device=args.device)
     tried = None

@@ -403,15 +403,29 @@ def tied_parameters(model: nn.Module, stages: Sequence[nn.Module]) -> dict[str, 
 
 
 
-class _LeafTracer(fx.Tracer):
-    """fx's tracer that also keeps the named modules whole."""
+class Tracer(fx.Tracer):
+    """The package's one torch.fx tracer. fx's own rule keeps a built-in ``torch.nn`` module
+    whole (one operator: its ``forward`` checks shapes in Python, which fx cannot trace); this
+    one also keeps whole the modules named in ``leaves`` (where tracing failed, see
+    `trace_with_leaves`), the instances of ``classes``, and with ``blocks`` every module whose
+    class sets ``devplace_layer = True`` (the zoo's attention blocks: the profiler's layer
+    granularity).
 
-    def __init__(self, leaves: set[str]) -> None:
+    Examples
+    --------
+    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.ReLU()))
+    >>> [n.target for n in Tracer(leaves={"1"}).trace(net).nodes if n.op == "call_module"]
+    ['0', '1']
+    """
+
+    def __init__(self, leaves: Sequence[str] = (), classes: Sequence[type] = (), blocks: bool = False) -> None:
         super().__init__()
-        self.leaves = leaves
+        self.leaves, self.classes, self.blocks = set(leaves), tuple(classes), blocks
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        return qualname in self.leaves or super().is_leaf_module(m, qualname)
+        if qualname in self.leaves or isinstance(m, self.classes) or super().is_leaf_module(m, qualname):
+            return True
+        return self.blocks and bool(getattr(type(m), "devplace_layer", False))
 
 
 def trace_with_leaves(model: nn.Module, notes: list[str]) -> tuple[fx.GraphModule, list[str]]:
@@ -420,7 +434,7 @@ def trace_with_leaves(model: nn.Module, notes: list[str]) -> tuple[fx.GraphModul
     model's own ``forward`` (no module to keep whole) or after `MAX_LEAVES` leaves."""
     leaves: set[str] = set()
     for _ in range(MAX_LEAVES + 1):
-        tracer = _LeafTracer(leaves)
+        tracer = Tracer(leaves)
         try:
             graph = tracer.trace(model)
             return fx.GraphModule(tracer.root, graph, type(model).__name__), sorted(leaves)

@@ -597,14 +597,37 @@ def _scored(p: PipelinePlan, stage_of: Sequence[int], method: str):
     return Result(method, p.chain, p.cluster, a, float(evaluate(p.chain, p.cluster, a).max_load), "feasible", 0.0)
 
 
+def method_split(p: PipelinePlan, method: str, graph: Graph | None = None, *, time_limit: float | None = None,
+                 seed: int = 0) -> list[int]:
+    """Stage of each segment in the least-bottleneck split of ``method`` (a name of
+    `devplace_lite.methods.PARTITION`: ``dp``, ``time``, ``parameters``, ``uniform``...) over the
+    plan's stages, on the plan's chain graph or on ``graph`` (the same nodes, other costs).
+
+    Raises
+    ------
+    GraphError
+        The method finds no split.
+    """
+    g = p.chain if graph is None else graph
+    res = partition(g, p.cluster, method, time_limit=time_limit, seed=seed)
+    if res.assignment is None or res.status == "infeasible":
+        raise GraphError(f"method {method} found no split of {len(p.names)} segments into {p.num_stages} stages")
+    a = as_assignment(g, p.cluster, res.assignment)
+    pos = {d: s for s, d in enumerate(chain_order(g, p.cluster, a))}
+    return [pos[int(a[g.index[f"{i}:{nm}"]])] for i, nm in enumerate(p.names)]
+
+
+def with_method(p: PipelinePlan, method: str, *, time_limit: float | None = None, seed: int = 0) -> PipelinePlan:
+    """``p`` with the split ``method`` picks (`method_split`), scored by the same cost model and
+    replayed under the same schedule: the splits of the DP, of torchgpipe's balance by time
+    (``time``) and of DeepSpeed's ``parameters`` and ``uniform`` side by side."""
+    return with_stages(p, method_split(p, method, time_limit=time_limit, seed=seed), method)
+
+
 def compute_only(p: PipelinePlan) -> list[int]:
     """The split an equal-compute partitioner picks (PiPPy's proposed ``auto_partition`` balances
     compute alone): the exact DP on the profile with every transfer set to zero."""
-    g = p.chain.with_nodes([dataclasses.replace(v, comm=0.0) for v in p.chain.nodes])
-    res = partition(g, p.cluster, "dp")
-    order = chain_order(g, p.cluster, res.assignment)
-    pos = {d: s for s, d in enumerate(order)}
-    return [pos[int(res.assignment[g.index[f"{i}:{nm}"]])] for i, nm in enumerate(p.names)]
+    return method_split(p, "dp", p.chain.with_nodes([dataclasses.replace(v, comm=0.0) for v in p.chain.nodes]))
 
 
 def even_split(graph: Graph, k: int) -> list[int]:

@@ -1,14 +1,18 @@
-"""Profile a PyTorch model into a placement graph: torch.fx trace, FLOPs, bytes, times.
+"""Profile a PyTorch model into a placement graph: FLOPs, bytes and times of its layers or operators.
 
 Problem
 -------
 Turn an ``nn.Module`` and an example input into a `Graph` whose nodes are the model's layers
 (``granularity="layer"``) or operators (``"op"``), with accelerator and CPU times, memory,
-output bytes and communication costs, optionally with a backward node per forward node.
+output bytes and communication costs, optionally with a backward node per forward node. These
+are the graphs the partitioning chapters study (``data/graphs``, ``devplace profile``); the
+road from a model to a *run* is `devplace_lite.pipeline.planner` (segments between split
+points), which this module does not take.
 
 How
 ---
-1. **Trace** with ``torch.fx.symbolic_trace``'s tracer. At both granularities a built-in
+1. **Trace** with the package's one torch.fx tracer (`devplace_lite.pipeline.capture.Tracer`,
+   the capture's fallback route). At both granularities a built-in
    ``torch.nn`` module is one node: each is one operator (convolution, batch norm, linear,
    LayerNorm, a whole LSTM layer) and fx cannot enter them anyway (their ``forward`` checks
    shapes in Python). Operator granularity traces everything else down to functions and tensor
@@ -107,6 +111,7 @@ from torch.utils.flop_counter import flop_registry
 
 from ..devices import SPECS, AcceleratorSpec
 from ..graph import Graph, GraphError, Node
+from .capture import Tracer
 
 GRANULARITIES = ("layer", "op")
 MEASURED = ("cpu-measured", "cuda-measured")
@@ -132,26 +137,12 @@ _GATHERS = {_aten.embedding, _aten.index_select, _aten.gather, _aten.index}
 
 
 # -- tracing ------------------------------------------------------------------------------------
-class _Tracer(fx.Tracer):
-    def __init__(self, granularity: str, leaf_modules: tuple[type, ...]) -> None:
-        super().__init__()
-        self.granularity = granularity
-        self.leaves = leaf_modules
-
-    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        # fx's default keeps built-in torch.nn modules whole: each is one operator (conv, batch
-        # norm, linear, LSTM...) and their forward checks shapes in Python, which fx cannot trace
-        if isinstance(m, self.leaves) or super().is_leaf_module(m, qualname):
-            return True
-        return self.granularity == "layer" and bool(getattr(type(m), "devplace_layer", False))
-
-
 def _first_sentence(err: BaseException) -> str:
     text = (str(err).strip().splitlines() or [type(err).__name__])[0]
     return text.split(". ")[0].rstrip(".")
 
 
-def _untraceable(model: nn.Module, tracer: _Tracer, err: Exception) -> GraphError:
+def _untraceable(model: nn.Module, tracer: Tracer, err: Exception) -> GraphError:
     """One line naming the first call fx could not trace: the user's source line, its
     function and module path, and fx's reason."""
     torch_dir = os.path.dirname(torch.__file__)
@@ -182,7 +173,7 @@ def trace(model: nn.Module, granularity: str = "layer", leaf_modules: Sequence[t
     """
     if granularity not in GRANULARITIES:
         raise GraphError(f"unknown granularity {granularity!r}; expected layer or op")
-    tracer = _Tracer(granularity, tuple(leaf_modules))
+    tracer = Tracer(classes=tuple(leaf_modules), blocks=granularity == "layer")
     try:
         graph = tracer.trace(model)
     except Exception as e:  # noqa: BLE001 - fx raises TraceError, TypeError, RuntimeError...
