@@ -220,6 +220,8 @@ def _instrument(stage: Any, record: list, cuda: bool = False, fresh: bool = Fals
         inner = getattr(stage, name)
 
         def timed(chunk: int, *args: Any, _inner=inner, _kind=kind, **kwargs: Any) -> Any:
+            if _kind != "F" and not stage.has_backward:  # inference: torch calls it, and it does nothing
+                return _inner(chunk, *args, **kwargs)
             if _kind == "B" and not kwargs.get("full_backward", True):
                 _kind = "I"
             c0, t0 = time.thread_time(), time.perf_counter()
