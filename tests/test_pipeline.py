@@ -5,6 +5,7 @@ activations carried, refusals), the one tracer, the practitioners' splits scored
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st  # noqa: E402
 from torch import nn  # noqa: E402
 
 from devplace_lite.cli import main  # noqa: E402
+from devplace_lite.errors import UsageError  # noqa: E402
 from devplace_lite.graph import GraphError  # noqa: E402
 from devplace_lite.pipeline.capture import Tracer, capture, measure_segments, segment_graph  # noqa: E402
 from devplace_lite.pipeline.planner import even_split, method_split, plan, plan_graph, with_method  # noqa: E402
@@ -192,3 +194,40 @@ def test_more_gpu_ranks_than_gpus_is_one_line():
 def test_the_second_road_is_gone(capsys):
     assert main(["pipeline", "run", "--model", "gnmt", "--method", "time", "-k", "2"]) == 2
     assert "invalid choice: 'pipeline'" in capsys.readouterr().err
+
+
+# -- the profiler's cost model on the road: roofline segments ------------------------------------------
+def test_roofline_segments_cost_what_the_profiler_counts_for_their_layers():
+    """A segment's roofline forward is the profiler's roofline of the layer inside it (the same
+    kernels counted the same way), deterministic, with transfers over the GPU's link."""
+    from devplace_lite.devices import SPECS
+    from devplace_lite.pipeline.profile import profile
+
+    net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64), nn.Tanh(), nn.Linear(64, 8))
+    x = torch.randn(16, 64)
+    cap = capture(net, (x,), "layer")
+    times = [measure_segments(cap, training=True, spec="A100") for _ in range(2)]
+    assert times[0].forward_ms == times[1].forward_ms and times[0].backward_ms == times[1].backward_ms
+    g = profile(net, x, spec="A100", training=True, granularity="layer", progress=False)
+    for i, name in enumerate(cap.names):
+        node = f"_{name}"
+        assert times[0].forward_ms[i] == pytest.approx(g.node(node).p_acc, rel=1e-4), name
+        # the backward differs by what the pipeline adds: the stage input's gradient, the gradients' accumulation
+        assert 0.5 <= times[0].backward_ms[i] / g.node(f"{node}.grad").p_acc <= 2.0, name
+    graph = segment_graph(cap, times[0])
+    assert graph.meta["times"] == "roofline" and graph.meta["spec"]["link"] == SPECS["A100"].link
+    with pytest.raises(UsageError, match="unknown accelerator spec"):
+        measure_segments(cap, spec="Z80")
+
+
+def test_plan_on_a_roofline_is_the_same_on_every_run(capsys, tmp_path):
+    argv = ["plan", "gpt", "-k", "2", "--spec", "H100", "--schedule", "gpipe", "--json"]
+    answers = []
+    for run in range(2):
+        assert main(argv + ["--out", str(tmp_path / str(run))]) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    assert answers[0]["forecast"]["compute_ms"] == answers[1]["forecast"]["compute_ms"]
+    assert answers[0]["split_points"] == answers[1]["split_points"] and "--spec H100" in answers[0]["command"]
+    assert answers[0]["forecast"]["clock"].startswith("roofline")
+    assert main(["plan", "gpt", "-k", "2", "--spec", "A100", "--device", "cuda", "--out", str(tmp_path)]) == 2
+    assert "give one" in capsys.readouterr().err

@@ -48,8 +48,8 @@ TARGET_UNIFORM_OVER_DP = 1.2
 STAGE_TOLERANCE = 0.15  # per-stage |measured / predicted - 1| target on GPU
 
 # (model, granularity of the split points, whole batch, micro-batches) per device kind
-CPU_CASES = [("inception", "layer", 32, 4), ("gnmt", "layer", 64, 4)]
-GPU_CASES = [("inception", "layer", 128, 4), ("gnmt", "layer", 256, 4)]
+CPU_CASES = [("inception", "block", 32, 4), ("gnmt", "block", 64, 4)]
+GPU_CASES = [("inception", "block", 128, 4), ("gnmt", "block", 256, 4)]
 
 
 def _median(xs):

@@ -22,7 +22,8 @@ writes ``DIR/plan.json``, ``DIR/graph.json`` and ``DIR/run_pipeline.py`` (split 
 take several) or ``auto``. The forecast replays the schedule's own action order
 (`devplace_lite.schedules.simulate`) and the split is the one whose replayed step is least
 (`devplace_lite.schedules.search`, proven where the splits can be enumerated, else its gap);
-``auto`` tries every schedule (and, with ``--microbatches auto``, every micro-batch count that
+``--spec A100`` (or V100, H100) times the segments by that GPU's roofline instead of measuring
+them here, which plans a GPU pipeline on a laptop; ``auto`` tries every schedule (and, with ``--microbatches auto``, every micro-batch count that
 divides the batch) and keeps the least forecast step within ``--memory``.
 
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
@@ -134,6 +135,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run, fit forward/backward scale factors, re-plan, run again; report the error before and after")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="time segments and run stages on CPU (gloo) or GPUs (CUDA events, NCCL)")
+    parser.add_argument("--spec", choices=["V100", "A100", "H100"],
+                        help="time segments by this GPU's roofline (FLOPs and bytes of each kernel; deterministic) "
+                             "instead of measuring them here")
     parser.add_argument("--timeout", type=options.SECONDS, default=600.0, help="seconds for each torchrun, > 0 (default 600)")
     parser.add_argument("--json", action="store_true", help="print the answer as one JSON object")
 
@@ -142,6 +146,8 @@ def _validate(args: argparse.Namespace) -> None:
     """What the option types cannot see alone: combinations."""
     from ..schedules.simulate import SCHEDULES, stages_per_rank
 
+    if args.spec is not None and args.device == "cuda":
+        raise UsageError("--spec times segments by a roofline, --device cuda measures them on the GPU: give one")
     if args.microbatches == "auto" and args.schedule != "auto":
         raise UsageError("--microbatches auto needs --schedule auto")
     if args.stages_per_rank is not None:
@@ -174,6 +180,8 @@ def command_line(args: argparse.Namespace) -> str:
         if value is not None:
             words += [flag, str(value)]
     words += ["--optimizer", args.optimizer, "--granularity", args.granularity, "--seed", str(args.seed)]
+    if args.spec is not None:
+        words += ["--spec", args.spec]
     words += [f for f, on in (("--inference", args.inference), ("--run", args.run), ("--check", args.check),
                               ("--calibrate", args.calibrate)) if on]
     return " ".join(shlex.quote(w) for w in words)
@@ -202,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(_indivisible(got, asked))
     common = dict(k=args.accelerators, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
                   method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
-                  repeats=args.repeats, model_spec=args.model, device=args.device)
+                  repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec)
     tried = None
     if args.schedule == "auto":
         p, tried = plan_auto(model, inputs, microbatches=None if auto_m else args.microbatches, **common)

@@ -584,6 +584,8 @@ class SegmentTimes:
     backward_input_ms: list[float] = field(default_factory=list)
     #: Bytes of each segment's outputs (the last one's are the model's: the loss keeps them).
     output_bytes: list[int] = field(default_factory=list)
+    #: The accelerator whose roofline gave the times (`measure_segments`' ``spec``), else measured.
+    spec: str | None = None
 
 
 def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
@@ -691,12 +693,30 @@ def _cuda_ms(fn) -> float:
     return float(start.elapsed_time(end))
 
 
+def _roofline_clock(acc: Any):
+    """A clock that runs ``fn`` once and answers the roofline time of the kernels it launched on
+    accelerator ``acc`` (`devplace_lite.pipeline.profile`'s FLOP and bytes count, the same for a
+    segment as for the layers it holds): deterministic, the same on every machine."""
+    from .profile import ACC_KERNEL_OVERHEAD_MS, KernelLog, roofline_ms
+
+    def clock(fn) -> float:
+        log = KernelLog()
+        with log:
+            fn()
+        return roofline_ms(log.kernels, acc, ACC_KERNEL_OVERHEAD_MS)
+
+    return clock
+
+
 def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
-                     threads: int = 1, device: str = "cpu") -> SegmentTimes:
+                     threads: int = 1, device: str = "cpu", spec: str | None = None) -> SegmentTimes:
     """Time every segment of ``cap`` on its example micro-batch (see the module docstring).
 
     ``device="cuda"`` moves the segments to the current GPU and times them with CUDA events
-    (the one-GPU measurement of a k-GPU pipeline; written to the same path, not run here)."""
+    (the one-GPU measurement of a k-GPU pipeline). ``spec`` (``"V100"``, ``"A100"``,
+    ``"H100"``) times them instead by the roofline of that accelerator, from the FLOPs and bytes
+    of every kernel each segment launches (`devplace_lite.pipeline.profile`): no repeats, the
+    same figures on any machine, a plan for GPUs made on a laptop."""
     if repeats < 1 or warmup < 0:
         raise UsageError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
     if device not in ("cpu", "cuda"):
@@ -704,6 +724,14 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("device cuda: torch sees no GPU on this machine (use cpu)")
     clock = _cpu_ms if device == "cpu" else _cuda_ms
+    if spec is not None:
+        from ..devices import SPECS
+
+        if str(spec).upper() not in SPECS:
+            raise UsageError(f"unknown accelerator spec {spec!r}; known: {', '.join(SPECS)}")
+        if device != "cpu":
+            raise UsageError("a roofline spec counts kernels on the CPU: leave device at cpu")
+        clock, repeats, warmup = _roofline_clock(SPECS[str(spec).upper()]), 1, 0
     example = tuple(t.to(device) for t in cap.example)
     if device != "cpu":
         cap.modules = [m.to(device) for m in cap.modules]
@@ -763,14 +791,20 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
                         input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_,
-                        output_bytes=outb)
+                        output_bytes=outb, spec=None if spec is None else str(spec).upper())
 
 
-def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES_PER_S,
+def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = None,
                   name: str | None = None) -> Graph:
     """The placement graph of the measured segments (see the module docstring): node ids are
     the segments' split points, model inputs are ``input:<k>``. ``graph.meta["segments"]``
-    keeps what the planner needs for memory (parameters, gradients, activations, tied)."""
+    keeps what the planner needs for memory (parameters, gradients, activations, tied).
+    Transfers go over ``link`` bytes/s: the roofline spec's host link, else `LINK_BYTES_PER_S`."""
+    from ..devices import SPECS
+
+    acc = SPECS[times.spec] if times.spec is not None else None
+    if link is None:
+        link = acc.link if acc is not None else LINK_BYTES_PER_S
     n = cap.num_segments
     ids = [f"{i}:{nm}" for i, nm in enumerate(cap.names)]
     sent = [0] * n  # bytes each segment sends to later segments (each value once)
@@ -815,10 +849,12 @@ def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES
         "generator": "devplace_lite.pipeline.capture", "model": name or type(cap.model).__name__,
         "capture": cap.how, "notes": list(cap.notes), "granularity": cap.granularity, "training": times.training,
         "batch": int(cap.example[0].shape[0]) if cap.example[0].dim() else 1,
-        "inputs": [list(t.shape) for t in cap.example], "times": "measured",
-        "clock": "thread CPU time" if times.device == "cpu" else "CUDA events",
+        "inputs": [list(t.shape) for t in cap.example], "times": "measured" if acc is None else "roofline",
+        "clock": ("thread CPU time" if times.device == "cpu" else "CUDA events") if acc is None else
+                 "roofline of each kernel's FLOPs and bytes",
         "threads": times.threads, "repeats": times.repeats, "torch": torch.__version__,
-        "spec": {"name": f"{times.device}-measured", "link": link},
+        "spec": {"name": f"{times.device}-measured", "link": link} if acc is None else
+                {"name": acc.name, "flops": acc.flops, "bandwidth": acc.bandwidth, "link": link},
         "segments": {"names": list(cap.names), "param_bytes": times.param_bytes, "grad_bytes": times.grad_bytes,
                      "activation_bytes": times.activation_bytes, "forward_ms": times.forward_ms,
                      "backward_ms": times.backward_ms, "input_bytes": times.input_bytes,
