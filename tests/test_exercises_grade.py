@@ -404,3 +404,36 @@ def test_the_exercise_clock_runs_for_loops_and_sleeps_but_not_for_a_busy_machine
         for p in procs + [sleeper]:
             p.kill()
             p.wait()
+
+
+def test_a_terminated_grader_ends_its_sandboxes_instead_of_waiting_for_them(tmp_path, bwrap):
+    """SIGTERM to ``devplace grade`` while a submission loops: the command ends (143) without
+    running the exercise's budget out, and no process of its sandboxes outlives it."""
+    import signal
+
+    psutil = pytest.importorskip("psutil")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "hang.py").write_text(HANG)
+    cmd = [sys.executable, "-c", "import sys; from devplace_lite.cli import main; sys.exit(main())", "grade", str(subs),
+           "--seed", "5", "--exercise", "01.2", "--timeout", "3000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        workers: list = []
+        for _ in range(600):  # until the submission's worker runs (its loop then holds the exercise)
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            workers = [k for k in kids if "devplace_lite.course.exercises.worker" in " ".join(k.cmdline())]
+            if workers or proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        assert workers, proc.stderr.read() if proc.poll() is not None else "no worker started"
+        time.sleep(1.0)  # into the exercise's loop
+        everything = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        # Before the fix the command waited for the 3000 s budget (3x that of wall time under load).
+        assert proc.wait(timeout=240) == 143, proc.stderr.read()
+        alive = [p.pid for p in everything if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"processes of the grader outlived it: {alive}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from devplace_lite.course import reference
+from devplace_lite.course.checkout import find_checkout
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -91,6 +92,6 @@ def test_reference_dir_reads_the_environment_first(stand_in, tmp_path, monkeypat
     assert reference.reference_dir() == dest
     assert reference.reference_dir("throughput-inputs") == dest / "throughput-inputs"
     monkeypatch.setenv("DEVPLACE_REFERENCE", str(tmp_path / "empty"))
-    shared = reference.ROOT.parent / "shared" / "reference" / reference.NAME
+    shared = find_checkout().parent / "shared" / "reference" / reference.NAME
     expected = shared if (shared / "throughput-inputs").is_dir() else None
     assert reference.reference_dir() == expected      # falls back to ../shared, else None

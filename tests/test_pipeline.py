@@ -19,7 +19,8 @@ from torch import nn  # noqa: E402
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.errors import UsageError  # noqa: E402
 from devplace_lite.graph import GraphError  # noqa: E402
-from devplace_lite.pipeline.capture import Tracer, capture, measure_segments, segment_graph  # noqa: E402
+from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph  # noqa: E402
+from devplace_lite.pipeline.tracer import Tracer  # noqa: E402
 from devplace_lite.pipeline.planner import even_split, method_split, plan, plan_graph, with_method  # noqa: E402
 from devplace_lite.pipeline.resources import check_resources  # noqa: E402
 from devplace_lite.pipeline.split import split_module  # noqa: E402

@@ -19,6 +19,11 @@ shared machine it moves with the load, so the CPU seconds (what a quiet machine'
 approaches, both programs being single-threaded) are judged too.
 
     python -m benchmarks.cold_start.run [--authors BINARY] [--rounds 3] [--timeout 120]
+    python -m benchmarks.cold_start.run --baseline DIR    # this checkout against an earlier one
+
+``--baseline DIR`` (a checkout of an earlier commit, ``git worktree add --detach DIR REV``, with
+its compiled kernels) runs the same command from both checkouts instead, interleaved, and
+writes ``baseline.json`` and the README's second table: the no-regression check of a change.
 
 Writes results.json and the table of README.md. Benchmarks measure; they never assert.
 """
@@ -69,14 +74,14 @@ def _cap_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (AUTHORS_MEMORY, AUTHORS_MEMORY))
 
 
-def timed(cmd: list[str], stdin: Path | None, timeout: float, cap: bool = False) -> dict:
+def timed(cmd: list[str], stdin: Path | None, timeout: float, cap: bool = False, cwd: Path = ROOT) -> dict:
     """One fresh process: wall and CPU seconds, load before, status, stdout."""
     load = os.getloadavg()[0]
     cpu0 = _children_cpu()
     t0 = time.perf_counter()
     with open(stdin) if stdin else open(os.devnull) as f:
         try:
-            proc = subprocess.run(cmd, stdin=f, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+            proc = subprocess.run(cmd, stdin=f, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                                   preexec_fn=_cap_memory if cap else None)
             status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
             out = proc.stdout
@@ -86,10 +91,15 @@ def timed(cmd: list[str], stdin: Path | None, timeout: float, cap: bool = False)
             "stdout": out}
 
 
-def ours(path: Path, timeout: float) -> dict:
+#: The command line from a given checkout: its own library, first on the path (the current folder).
+FROM_CHECKOUT = [sys.executable, "-c", "import sys; from devplace_lite.cli import main; sys.exit(main())"]
+
+
+def ours(path: Path, timeout: float, checkout: Path | None = None) -> dict:
+    """``devplace partition FILE --method dp --json`` as installed, or from ``checkout``."""
     exe = Path(sys.executable).with_name("devplace")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "devplace_lite.cli"]
-    r = timed(cmd + ["partition", str(path), "--method", "dp", "--json"], None, timeout)
+    cmd = FROM_CHECKOUT if checkout is not None or not exe.exists() else [str(exe)]
+    r = timed(cmd + ["partition", str(path), "--method", "dp", "--json"], None, timeout, cwd=checkout or ROOT)
     answer = json.loads(r.pop("stdout")) if r["status"] == "ok" else {}
     return {**r, "objective": answer.get("objective"), "optimal": answer.get("status") == "optimal"}
 
@@ -149,6 +159,34 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def against_baseline(files: list[Path], baseline: Path, rounds: int, timeout: float) -> list[dict]:
+    """This checkout and ``baseline``, the same command, interleaved: the median CPU ratio per file."""
+    rows = []
+    for p in files:
+        pairs = []
+        for rnd in range(rounds):
+            first, second = (ROOT, baseline) if rnd % 2 == 0 else (baseline, ROOT)
+            a, b = ours(p, timeout, first), ours(p, timeout, second)
+            pairs.append((a, b) if first == ROOT else (b, a))
+        cpu = sorted(n["cpu"] / max(o["cpu"], 1e-3) for n, o in pairs)
+        wall = sorted(n["wall"] / max(o["wall"], 1e-3) for n, o in pairs)
+        rows.append({"name": f"{p.parent.name}/{p.stem}", "rounds": rounds, "cpu_ratio": cpu[len(cpu) // 2],
+                     "wall_ratio": wall[len(wall) // 2], "new_cpu": sorted(n["cpu"] for n, _ in pairs)[rounds // 2],
+                     "old_cpu": sorted(o["cpu"] for _, o in pairs)[rounds // 2],
+                     "same_answer": all(n["objective"] == o["objective"] for n, o in pairs),
+                     "load": max(max(n["load"], o["load"]) for n, o in pairs)})
+        print(f"{rows[-1]['name']}: CPU new/old {rows[-1]['cpu_ratio']:.3f}, wall {rows[-1]['wall_ratio']:.3f}", flush=True)
+    return rows
+
+
+def baseline_table(rows: list[dict]) -> str:
+    lines = ["| workload | old CPU s | new CPU s | **CPU new / old** | wall new / old | same answer | load |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: |"]
+    lines += [f"| {r['name']} | {r['old_cpu']:.2f} | {r['new_cpu']:.2f} | {r['cpu_ratio']:.3f} | {r['wall_ratio']:.3f} | "
+              f"{'yes' if r['same_answer'] else 'NO'} | {r['load']:.1f} |" for r in rows]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--authors", default=os.environ.get("DEVPLACE_AUTHORS_DP"),
@@ -157,11 +195,34 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (files over LONG s: one)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds either program gets per run")
     ap.add_argument("--only", help="files whose name contains this")
+    ap.add_argument("--baseline", type=Path, help="a checkout of an earlier commit to run against, instead of the authors")
     args = ap.parse_args(argv)
     if REFERENCE is None:
         print("cold_start: the authors' throughput-inputs are not here; nothing to measure", file=sys.stderr)
         return
     files = [p for p in sorted(REFERENCE.glob("*/*.json")) if not args.only or args.only in str(p)]
+    if args.baseline is not None:
+        load = os.getloadavg()[0]
+        rows = against_baseline(files, args.baseline.resolve(), args.rounds, args.timeout)
+        described = subprocess.run(["git", "-C", str(args.baseline), "log", "-1", "--format=%h %s"],
+                                   capture_output=True, text=True).stdout.strip()[:100]
+        current = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"],
+                                 capture_output=True, text=True).stdout.strip()[:100]
+        command = "python -m benchmarks.cold_start.run " + " ".join(argv if argv is not None else sys.argv[1:])
+        write_json_atomic(HERE / "baseline.json", {"date": time.strftime("%Y-%m-%d %H:%M"), "command": command,
+                                                   "new": current, "old": described, "cpus": os.cpu_count(),
+                                                   "load_average_before_after": [load, os.getloadavg()[0]], "rows": rows})
+        readme = HERE / "README.md"
+        pre, mark, authors = readme.read_text().partition("<!-- table -->")  # the authors' table stays last
+        pre = pre.partition("<!-- baseline -->")[0].rstrip("\n")
+        cpu = sorted(r["cpu_ratio"] for r in rows)
+        section = ("<!-- baseline -->\n## Against the previous commit\n\n"
+                   f"New: `{current}`; old: `{described}`. Same command from each checkout, interleaved, "
+                   f"{args.rounds} rounds, median per file; `{command.strip()}`, {os.cpu_count()} cores, load "
+                   f"{load:.1f} before. Median CPU ratio new / old over the files: {cpu[len(cpu) // 2]:.3f} "
+                   f"(range {cpu[0]:.3f}-{cpu[-1]:.3f}).\n\n" + baseline_table(rows) + "\n\n## Against the authors\n\n")
+        readme.write_text(pre + "\n\n" + section + mark + authors)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="devplace-authors-"))
     try:
         try:

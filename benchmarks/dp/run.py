@@ -32,7 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-from devplace_lite.course.reference import reference_dir
+from benchmarks.library import module
+
+reference_dir = module("course.reference").reference_dir
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -80,13 +82,15 @@ def measure(path: Path, zoo: bool) -> dict:
     Also the CPU time inside ``devplace_lite.throughput.dp._solve`` (the kernel's calls, the table
     allocation and the back-pointer walk; not the unit graph, the ideals or the upper bound).
     """
-    import devplace_lite.throughput.dp as dp_module
     from devplace_lite.devices import Cluster
-    from devplace_lite.throughput.dp import _kernel, dp, linear, nested_pairs, pipedream
     from devplace_lite.generators import generate
-    from devplace_lite.throughput.ideals import enumerate_ideals, width
     from devplace_lite.io import load_graph
     from devplace_lite.units import unit_graph
+
+    dp_module, ideals_module = module("throughput.dp"), module("throughput.ideals")
+    _kernel, dp, linear, nested_pairs, pipedream = (getattr(dp_module, n) for n in
+                                                    ("_kernel", "dp", "linear", "nested_pairs", "pipedream"))
+    enumerate_ideals, width = ideals_module.enumerate_ideals, ideals_module.width
 
     dp(generate("layered", 8, seed=0), Cluster(2, 1))  # load the compiled kernel
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GB (ru_maxrss is KiB)
@@ -218,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     load_before = os.getloadavg()
     baseline = Path(args.baseline).resolve() if args.baseline else None
-    if baseline is not None and not (baseline / "devplace_lite" / "dp.py").is_file():
+    if baseline is not None and not (baseline / "devplace_lite" / "__init__.py").is_file():
         ap.error(f"--baseline {args.baseline}: not a checkout of devplace_lite")
     for name, path in workloads(args.quick):
         if args.only and args.only not in name:
@@ -228,8 +232,8 @@ def main(argv: list[str] | None = None) -> None:
                              text=True, check=True)
         row = {"name": name, **json.loads(out.stdout.strip().splitlines()[-1])}
         if baseline is not None:  # this file's measure, that checkout's library (first on the path)
-            env = {**os.environ, "PYTHONPATH": str(baseline)}
-            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), *flags], cwd=baseline, env=env,
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(baseline), str(ROOT)])}  # its library, our script
+            out = subprocess.run([sys.executable, "-m", "benchmarks.dp.run", *flags], cwd=baseline, env=env,
                                  capture_output=True, text=True, check=True)
             row["previous"] = json.loads(out.stdout.strip().splitlines()[-1])
         if args.authors and not name.startswith("zoo/"):

@@ -3,8 +3,8 @@
 ``capture -> planner -> torchrun``:
 
 * `capture` — the model (torch.export, else torch.fx with automatic leaf modules, through the
-  package's one fx tracer, `capture.Tracer`) cut into segments at the modules where a stage
-  may begin, each measured in CPU time (or CUDA events on a GPU);
+  package's one fx tracer, `tracer.Tracer`) cut into segments at the modules where a stage
+  may begin, each measured in CPU time (CUDA events on a GPU, or a GPU's roofline);
 * `split` — the torch.fx route's splitter: stage modules, skip activations carried through
   the stages in between;
 * `planner` — `PipelinePlan`, the one plan class (``devplace plan``, ``devplace_lite.plan``):
@@ -14,8 +14,10 @@
 * `torchrun` — the one runner: a plan's script under ``torchrun``, one process per rank, on
   one machine or several, with per-stage CPU times, memory and an exactness check;
 * `resources` — how many ranks this machine can host (no torch needed on CPU);
-* `profile` — not a step of the road: the FLOP/bytes cost model that makes the layer- and
-  operator-level graphs the partitioning chapters study (``devplace profile``, ``data/graphs``).
+* `profile` — beside the road: the FLOP/bytes cost model that makes the layer- and
+  operator-level graphs the partitioning chapters study (``devplace profile``, ``data/graphs``),
+  and prices the capture's segments on a roofline (``devplace plan --spec A100``);
+* `tracer` — the one torch.fx tracer the fallback route and the profiler share.
 
 Names are loaded on first use, so ``from devplace_lite.pipeline import check_resources`` does
 not import torch; everything else here does. ``import devplace_lite`` never imports it.
@@ -27,7 +29,7 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "Capture": "capture", "Tracer": "capture", "capture": "capture", "measure_segments": "capture",
+    "Capture": "capture", "Tracer": "tracer", "capture": "capture", "measure_segments": "capture",
     "segment_graph": "capture", "Split": "split", "split_module": "split",
     "PipelinePlan": "planner", "plan": "planner", "plan_graph": "planner", "calibrate": "planner",
     "with_method": "planner", "with_stages": "planner", "even_split": "planner",

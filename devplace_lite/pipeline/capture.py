@@ -74,6 +74,8 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import GraphError, UsageError
 from ..graph import Graph, Node
+from .profile import ACC_KERNEL_OVERHEAD_MS, KernelLog, roofline_ms
+from .tracer import Tracer
 
 GRANULARITIES = ("block", "layer")
 #: Modules made leaves, one per failed trace, before the fx fallback gives up.
@@ -403,31 +405,6 @@ def tied_parameters(model: nn.Module, stages: Sequence[nn.Module]) -> dict[str, 
 
 
 
-class Tracer(fx.Tracer):
-    """The package's one torch.fx tracer. fx's own rule keeps a built-in ``torch.nn`` module
-    whole (one operator: its ``forward`` checks shapes in Python, which fx cannot trace); this
-    one also keeps whole the modules named in ``leaves`` (where tracing failed, see
-    `trace_with_leaves`), the instances of ``classes``, and with ``blocks`` every module whose
-    class sets ``devplace_layer = True`` (the zoo's attention blocks: the profiler's layer
-    granularity).
-
-    Examples
-    --------
-    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.ReLU()))
-    >>> [n.target for n in Tracer(leaves={"1"}).trace(net).nodes if n.op == "call_module"]
-    ['0', '1']
-    """
-
-    def __init__(self, leaves: Sequence[str] = (), classes: Sequence[type] = (), blocks: bool = False) -> None:
-        super().__init__()
-        self.leaves, self.classes, self.blocks = set(leaves), tuple(classes), blocks
-
-    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        if qualname in self.leaves or isinstance(m, self.classes) or super().is_leaf_module(m, qualname):
-            return True
-        return self.blocks and bool(getattr(type(m), "devplace_layer", False))
-
-
 def trace_with_leaves(model: nn.Module, notes: list[str]) -> tuple[fx.GraphModule, list[str]]:
     """Trace ``model`` with torch.fx, keeping whole each module inside which tracing fails
     (innermost first), and noting each in ``notes``. `GraphError` when the failure is in the
@@ -697,8 +674,6 @@ def _roofline_clock(acc: Any):
     """A clock that runs ``fn`` once and answers the roofline time of the kernels it launched on
     accelerator ``acc`` (`devplace_lite.pipeline.profile`'s FLOP and bytes count, the same for a
     segment as for the layers it holds): deterministic, the same on every machine."""
-    from .profile import ACC_KERNEL_OVERHEAD_MS, KernelLog, roofline_ms
-
     def clock(fn) -> float:
         log = KernelLog()
         with log:

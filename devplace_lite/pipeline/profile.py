@@ -11,7 +11,7 @@ points), which this module does not take.
 
 How
 ---
-1. **Trace** with the package's one torch.fx tracer (`devplace_lite.pipeline.capture.Tracer`,
+1. **Trace** with the package's one torch.fx tracer (`devplace_lite.pipeline.tracer.Tracer`,
    the capture's fallback route). At both granularities a built-in
    ``torch.nn`` module is one node: each is one operator (convolution, batch norm, linear,
    LayerNorm, a whole LSTM layer) and fx cannot enter them anyway (their ``forward`` checks
@@ -111,7 +111,7 @@ from torch.utils.flop_counter import flop_registry
 
 from ..devices import SPECS, AcceleratorSpec
 from ..graph import Graph, GraphError, Node
-from .capture import Tracer
+from .tracer import Tracer
 
 GRANULARITIES = ("layer", "op")
 MEASURED = ("cpu-measured", "cuda-measured")

@@ -33,7 +33,7 @@ Example
 -------
 >>> import torch
 >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
->>> from devplace_lite.pipeline.capture import Tracer
+>>> from devplace_lite.pipeline.tracer import Tracer
 >>> gm = torch.fx.GraphModule(net, Tracer().trace(net))
 >>> sp = split_module(gm, {"_0": 0, "_1": 0, "_2": 1}, (torch.randn(3, 4),))
 >>> sp.num_stages, sp.carried
@@ -161,7 +161,7 @@ def split_module(gm: fx.GraphModule, stage_of: Mapping[str, int], example_inputs
     Parameters
     ----------
     gm : fx.GraphModule
-        The model as the capture's tracer gives it (`devplace_lite.pipeline.capture.Tracer`).
+        The model as the capture's tracer gives it (`devplace_lite.pipeline.tracer.Tracer`).
     stage_of : mapping
         Stage index (``0..p-1``) of fx nodes; nodes left out follow the rule in the module
         docstring; names that are not nodes of the graph are an error.

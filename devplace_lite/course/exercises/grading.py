@@ -35,6 +35,7 @@ import hashlib
 import io
 import json
 import os
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +48,7 @@ from ...files import read_input, write_text_atomic
 from . import answers
 from .core import NOT_ATTEMPTED, Case, Exercise, Outcome, assess
 from .course import Course
-from .sandbox import Died, Limits, Session, describe, require_sandbox
+from .sandbox import Died, Limits, Session, describe, kill_open, require_sandbox
 from .worker import SUFFIXES
 
 _IGNORED_DIRS = {"__pycache__", ".ipynb_checkpoints"}
@@ -212,15 +213,18 @@ def _flagged(result: dict, copies: list[str] | None) -> dict:
                        + f". (Its answers alone: {result['status']}, score {result['score']:.2f}.)"}
 
 
-def grade_submission(sub: Submission, plan: Plan) -> Submission:
+def grade_submission(sub: Submission, plan: Plan, stop: threading.Event | None = None) -> Submission:
     """Fill ``sub.results`` (exercise id -> status, score, points, message), sandbox after sandbox
-    until every exercise has an answer. ``plan`` must be prepared (`Plan.prepare`)."""
+    until every exercise has an answer. ``plan`` must be prepared (`Plan.prepare`). Once ``stop``
+    is set no new sandbox starts and ``sub`` is returned as it stands."""
     start = time.perf_counter()
     by_id = {e.id: e for e in plan.exercises}
     todo = [e.id for e in plan.exercises]
     copies: dict[str, list[str]] = {}
     first, printed = True, 0
     while todo:
+        if stop is not None and stop.is_set():
+            return sub
         with Session(sub.paths, plan.limits, plan.cpu_seconds, plan.bwrap) as session:
             if first:
                 sub.notes += session.stage_notes
@@ -334,8 +338,17 @@ def grade_folder(folder: Path, plan: Plan, *, jobs: int = 1) -> list[Submission]
     """Grade every submission of ``folder``, ``jobs`` at a time (``plan`` is prepared here)."""
     plan.prepare()
     subs = discover(folder)
-    with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as pool:
-        list(pool.map(lambda s: grade_submission(s, plan), subs))
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=max(1, int(jobs)))
+    try:
+        for done in [pool.submit(grade_submission, s, plan, stop) for s in subs]:
+            done.result()
+    except BaseException:  # SIGTERM or Ctrl-C in the caller: stop the sandboxes, not wait for them
+        stop.set()
+        kill_open()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return subs
 
 

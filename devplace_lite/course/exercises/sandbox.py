@@ -63,6 +63,9 @@ _STAGE_LIMIT = 64 * MIB  # at most this much of a submission is staged
 WALL_FACTOR = 3.0
 _UIDS = iter(range(1 << 30))
 _UID_LOCK = threading.Lock()
+#: The sessions of this process whose worker is running (`kill_open` ends them all at once).
+_OPEN: dict[int, "Session"] = {}  # by id: a Session (a dataclass) is not hashable
+_OPEN_LOCK = threading.Lock()
 
 
 class SandboxUnavailable(UsageError):
@@ -425,6 +428,8 @@ class Session:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, env=env, cwd=cwd,
                                      pass_fds=(req_r, rep_w), start_new_session=True)
         self._clock = RunClock(self.proc.pid)
+        with _OPEN_LOCK:
+            _OPEN[id(self)] = self
         for fd in (req_r, rep_w, out_w):
             os.close(fd)
         self._requests = os.fdopen(self._req_w, "wb")
@@ -566,6 +571,8 @@ class Session:
             self.cgroup.kill()
 
     def __exit__(self, *exc: Any) -> None:
+        with _OPEN_LOCK:
+            _OPEN.pop(id(self), None)
         try:
             self.send({"op": "quit"})
             self.proc.wait(timeout=2)  # a worker that quits ends its sandbox (and everything left in it)
@@ -585,6 +592,15 @@ class Session:
         if self.cgroup is not None:
             self.cgroup.close()
         self._tmp.cleanup()
+
+
+def kill_open() -> None:
+    """End the worker of every open session of this process now (the grader was told to stop:
+    SIGTERM or Ctrl-C), so that none runs on to the end of its exercise's budget."""
+    with _OPEN_LOCK:
+        sessions = list(_OPEN.values())
+    for session in sessions:
+        session.kill()
 
 
 def describe(bwrap: str | None, limits: Limits) -> str:
