@@ -33,7 +33,9 @@ How
    calling thread on one torch thread (a shared machine's load does not inflate it: waiting
    for a core is not CPU time), and in training the segment's own backward, fed with ones,
    on fresh leaf copies of its inputs (so in-place operators never touch a saved tensor).
-   The least CPU time over the repeats is kept (interference only ever adds). Also recorded:
+   The least CPU time over the repeats is kept (interference only ever adds). With a GPU
+   ``spec`` each run is priced instead by that GPU's roofline of the kernels it launched (the
+   profiler's FLOP and bytes count, `devplace_lite.pipeline.profile.KernelLog`). Also recorded:
    the bytes of the parameters each segment holds, the activations autograd saves for its
    backward, and the bytes of every value passed between segments.
 4. **Graph** (`segment_graph`): one node per segment (and per model input, a zero-cost source

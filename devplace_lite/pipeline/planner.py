@@ -181,7 +181,8 @@ class PipelinePlan:
     """A model's pipeline plan: segments, the chosen split, its certificate and its memory.
 
     ``stage_of[i]`` is the stage of segment ``i``; times are ms per micro-batch (thread CPU
-    time of one thread), memory in bytes.
+    time of one thread, CUDA events, or a GPU's roofline: ``graph.meta["clock"]``), memory in
+    bytes.
     """
 
     graph: Graph
