@@ -23,8 +23,9 @@ take several) or ``auto``. The forecast replays the schedule's own action order
 (`devplace_lite.schedules.simulate`) and the split is the one whose replayed step is least
 (`devplace_lite.schedules.search`, proven where the splits can be enumerated, else its gap);
 ``--spec A100`` (or V100, H100) times the segments by that GPU's roofline instead of measuring
-them here, which plans a GPU pipeline on a laptop; ``auto`` tries every schedule (and, with ``--microbatches auto``, every micro-batch count that
-divides the batch) and keeps the least forecast step within ``--memory``.
+them here, which plans a GPU pipeline on a laptop; ``auto`` tries every schedule (and, with
+``--microbatches auto``, every micro-batch count that divides the batch) and keeps the least
+forecast step within ``--memory``.
 
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast; ``--check``

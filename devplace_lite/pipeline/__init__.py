@@ -32,7 +32,7 @@ _WHERE = {
     "Capture": "capture", "Tracer": "tracer", "capture": "capture", "measure_segments": "capture",
     "segment_graph": "capture", "Split": "split", "split_module": "split",
     "PipelinePlan": "planner", "plan": "planner", "plan_graph": "planner", "calibrate": "planner",
-    "with_method": "planner", "with_stages": "planner", "even_split": "planner",
+    "with_method": "planner", "with_stages": "planner", "even_split": "planner", "segment_profile": "planner",
     "launch": "torchrun", "ActivationMeter": "torchrun",
     "available_devices": "resources", "check_resources": "resources", "device_name": "resources",
 }

@@ -511,8 +511,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         raise UsageError(f"a batch of {batch} does not split into {microbatches} equal micro-batches: give a "
                          f"micro-batch count (--microbatches) that divides {batch}, or a batch (--batch) that is a "
                          f"multiple of {microbatches}")
-    graph, cap, seconds = _profile(model, inputs, microbatches, training, granularity, repeats, warmup, model_spec,
-                                   device, spec)
+    graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
+                                          model_spec, device, spec)
     p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,
                    optimizer=optimizer, method=method, time_limit=time_limit, seed=seed, per_rank=per_rank)
     p.model_spec, p.capture = model_spec, cap
@@ -520,9 +520,12 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     return p
 
 
-def _profile(model: Any, inputs: tuple, microbatches: int, training: bool, granularity: str, repeats: int,
-             warmup: int, model_spec: str | None, device: str, spec: str | None = None) -> tuple[Graph, Any, dict[str, float]]:
-    """Capture and measure ``model`` on one micro-batch of ``inputs``: the segment graph."""
+def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool = True, granularity: str = "block",
+                    repeats: int = 5, warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
+                    spec: str | None = None) -> tuple[Graph, Any, dict[str, float]]:
+    """Capture and measure ``model`` on one micro-batch of ``inputs`` (the batch cut into
+    ``microbatches``): ``(segment graph, Capture, seconds per step)``, what `plan` plans from and
+    `plan_graph` takes, for planning one profile several ways (schedules, micro-batches)."""
     from .capture import capture as capture_model
     from .capture import measure_segments, segment_graph
 
@@ -563,8 +566,8 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
     best: PipelinePlan | None = None
     tried: list[dict] = []
     for m in counts:
-        graph, cap, seconds = _profile(model, inputs, m, training, granularity, repeats, warmup, model_spec, device,
-                                       spec)
+        graph, cap, seconds = segment_profile(model, inputs, m, training, granularity, repeats, warmup, model_spec,
+                                              device, spec)
         for name in SCHEDULES:
             try:
                 p = plan_graph(graph, k=k, microbatches=m, schedule=name, batch=batch, memory=memory,
