@@ -121,6 +121,16 @@ WEIGHT = Real(0.0, 1e6)
 IDEAL_LIMIT = Int(1, 10**8)
 
 
+#: The rule every command's option names follow, shown at the end of its ``--help``.
+NAMES_RULE = """\
+Option names mean one thing in every devplace command: -k/--accelerators is the number of
+accelerators (in plan, one pipeline rank, a torchrun process, each; stages per rank is
+--stages-per-rank), --cpus the CPU cores, --memory bytes per accelerator, --time-limit the
+seconds a search may take, --timeout the seconds a started process may run, --spec what prices
+the work (a named GPU's roofline, or measured here), --device where torch work runs, --seed the
+seed, --json one JSON object on stdout, --out where the command writes what it makes."""
+
+
 def add_cluster_args(p: argparse.ArgumentParser, k_required: bool = False, k_default: str = "the file's value, else 1",
                      l_default: str = "the file's value, else 0") -> None:
     """``-k``, ``--cpus`` and ``--memory``, checked by the types above."""

@@ -57,6 +57,28 @@ def unequal(batch: int = 8, seed: int = 0):
     return Unequal().eval(), (torch.randn(batch, 16, generator=torch.Generator().manual_seed(seed)),)
 
 
+class Skippy(nn.Module):
+    """Unequal layers, a skip connection over a layer, a shape read (``x.size(0)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 32)
+        self.b = nn.Linear(32, 64)
+        self.c = nn.Linear(64, 32)
+        self.d = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x))
+        g = torch.tanh(self.b(h))
+        k = self.c(g) + h
+        return self.d(k).view(x.size(0), -1)
+
+
+def skippy(batch: int = 8, seed: int = 0):
+    torch.manual_seed(seed)
+    return Skippy().eval(), (torch.randn(batch, 8, generator=torch.Generator().manual_seed(seed + 1)),)
+
+
 def exits():
     """A spec whose function ends the program (test_plan's bad-spec cases)."""
     raise SystemExit(0)

@@ -14,7 +14,7 @@ import pytest
 
 from test_layers import MODULES
 
-TORCH_MODULES = ("zoo", "profile", "pipeline", "rl", "commands.pipeline", "commands.profile", "commands.place_rl",
+TORCH_MODULES = ("zoo", "profile", "pipeline", "rl", "commands.plan", "commands.profile", "commands.place_rl",
                  "course.data_build", "multidim.run")
 
 

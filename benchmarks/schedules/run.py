@@ -53,13 +53,13 @@ def _load_avg() -> str:
 
 
 def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
-    from devplace_lite.pipeline.planner import _profile, plan_graph
+    from devplace_lite.pipeline.planner import plan_graph, segment_profile
     from devplace_lite.pipeline.torchrun import launch
     from devplace_lite.zoo import external, load
 
     spec = f"devplace_lite.zoo.external:{name}"
     model, inputs = load(spec, batch=BATCH)
-    graph, _, _ = _profile(model, inputs, MICRO, True, "block", 3, 1, spec, "cpu")
+    graph, _, _ = segment_profile(model, inputs, MICRO, repeats=3, model_spec=spec)
     rows = []
     for sched in schedules:
         row: dict[str, Any] = {"model": name, "family": external.MODELS[name], "schedule": sched,

@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..multidim import METHODS
 
     parser.add_argument("file", help="a model in Piper's JSON input format")
-    parser.add_argument("-k", "--devices", type=_DEVICES, help=f"devices, 1..{MAX_DEVICES} (default: the file's maxDevices)")
+    parser.add_argument("-k", "--accelerators", "--devices", dest="devices", type=_DEVICES,
+                        help=f"accelerators, 1..{MAX_DEVICES} (default: the file's maxDevices; --devices is the old name)")
     parser.add_argument("--memory", type=options.MEMORY, help="bytes per device (default: the file's)")
     parser.add_argument("--microbatches", type=_MICROBATCHES, help="micro-batches per batch N (default: the file's)")
     parser.add_argument("--bandwidth", type=options.MEMORY, help="bytes per second per device (default: the file's)")

@@ -22,8 +22,10 @@ writes ``DIR/plan.json``, ``DIR/graph.json`` and ``DIR/run_pipeline.py`` (split 
 take several) or ``auto``. The forecast replays the schedule's own action order
 (`devplace_lite.schedules.simulate`) and the split is the one whose replayed step is least
 (`devplace_lite.schedules.search`, proven where the splits can be enumerated, else its gap);
-``auto`` tries every schedule (and, with ``--microbatches auto``, every micro-batch count that
-divides the batch) and keeps the least forecast step within ``--memory``.
+``--spec A100`` (or V100, H100) times the segments by that GPU's roofline instead of measuring
+them here, which plans a GPU pipeline on a laptop; ``auto`` tries every schedule (and, with
+``--microbatches auto``, every micro-batch count that divides the batch) and keeps the least
+forecast step within ``--memory``.
 
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast; ``--check``
@@ -49,7 +51,7 @@ from .. import options
 from ..errors import UsageError
 from . import print_json
 
-HELP = "plan a model's pipeline (profile, exact split, bound, memory) and write a torchrun script"
+HELP = "plan a model's pipeline (capture, exact split, bound, memory), write a torchrun script, run it"
 #: Micro-batches per step when --microbatches is not given (fewer when they do not divide the batch).
 MICROBATCHES = 4
 EPILOG = """\
@@ -60,6 +62,7 @@ importable, as with python -m. Examples:
   devplace plan gpt -k 2 --out build/plan
   devplace plan mynet:build -k 2 --out build/plan   # def build(batch=8, seed=0) in ./mynet.py
   devplace plan devplace_lite.zoo.external:gpt2 -k 2 --inference --out build/gpt2-plan
+
 """
 
 
@@ -98,10 +101,12 @@ def _microbatches(text: str) -> int | str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog, parser.formatter_class = EPILOG, argparse.RawDescriptionHelpFormatter
+    parser.epilog, parser.formatter_class = EPILOG + options.NAMES_RULE, argparse.RawDescriptionHelpFormatter
     parser.add_argument("model", help="zoo name or module:function returning (model, example inputs of the batch); "
                                       "the current folder is importable (examples below)")
-    parser.add_argument("-k", "--stages", type=options.WORKERS, required=True, help="devices (pipeline stages at most), >= 1")
+    parser.add_argument("-k", "--accelerators", type=options.WORKERS, required=True,
+                        help="accelerators, as everywhere in devplace: one pipeline rank (a torchrun process) each, "
+                             "1..1024; a rank holds --stages-per-rank stages")
     parser.add_argument("--schedule", choices=[*SCHEDULE_NAMES, "auto"], default="1f1b",
                         help="torch's pipeline schedule, or auto: the least forecast step (default 1f1b)")
     parser.add_argument("--stages-per-rank", type=_per_rank, default=None,
@@ -131,6 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run, fit forward/backward scale factors, re-plan, run again; report the error before and after")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="time segments and run stages on CPU (gloo) or GPUs (CUDA events, NCCL)")
+    parser.add_argument("--spec", choices=["V100", "A100", "H100"],
+                        help="time segments by this GPU's roofline (FLOPs and bytes of each kernel; deterministic) "
+                             "instead of measuring them here")
     parser.add_argument("--timeout", type=options.SECONDS, default=600.0, help="seconds for each torchrun, > 0 (default 600)")
     parser.add_argument("--json", action="store_true", help="print the answer as one JSON object")
 
@@ -139,6 +147,8 @@ def _validate(args: argparse.Namespace) -> None:
     """What the option types cannot see alone: combinations."""
     from ..schedules.simulate import SCHEDULES, stages_per_rank
 
+    if args.spec is not None and args.device == "cuda":
+        raise UsageError("--spec times segments by a roofline, --device cuda measures them on the GPU: give one")
     if args.microbatches == "auto" and args.schedule != "auto":
         raise UsageError("--microbatches auto needs --schedule auto")
     if args.stages_per_rank is not None:
@@ -163,7 +173,7 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    words = ["devplace", "plan", args.model, "-k", str(args.stages), "--schedule", args.schedule,
+    words = ["devplace", "plan", args.model, "-k", str(args.accelerators), "--schedule", args.schedule,
              "--microbatches", str(args.microbatches)]
     if args.stages_per_rank is not None:
         words += ["--stages-per-rank", str(args.stages_per_rank)]
@@ -171,6 +181,8 @@ def command_line(args: argparse.Namespace) -> str:
         if value is not None:
             words += [flag, str(value)]
     words += ["--optimizer", args.optimizer, "--granularity", args.granularity, "--seed", str(args.seed)]
+    if args.spec is not None:
+        words += ["--spec", args.spec]
     words += [f for f, on in (("--inference", args.inference), ("--run", args.run), ("--check", args.check),
                               ("--calibrate", args.calibrate)) if on]
     return " ".join(shlex.quote(w) for w in words)
@@ -197,9 +209,9 @@ def run(args: argparse.Namespace) -> int:
                       f"divide the batch of {got} (set --microbatches, or --batch)", file=sys.stderr)
         elif got and got % asked:
             raise UsageError(_indivisible(got, asked))
-    common = dict(k=args.stages, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
+    common = dict(k=args.accelerators, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
                   method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
-                  repeats=args.repeats, model_spec=args.model, device=args.device)
+                  repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec)
     tried = None
     if args.schedule == "auto":
         p, tried = plan_auto(model, inputs, microbatches=None if auto_m else args.microbatches, **common)

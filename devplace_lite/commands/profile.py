@@ -21,6 +21,7 @@ HELP = "profile a zoo model (torch) into a graph: roofline of a named GPU, or me
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog, parser.formatter_class = options.NAMES_RULE, argparse.RawDescriptionHelpFormatter
     parser.add_argument("model", help=f"zoo model: {', '.join(sorted(MODELS))}")
     parser.add_argument("--granularity", choices=["layer", "op"], default="layer",
                         help="one node per layer (default) or per operator")

@@ -1,24 +1,23 @@
-"""Run a partitioned model for real: PyTorch's pipeline engine, one process per stage.
+"""From a PyTorch model to a pipeline run: one road, one module per step.
 
-The route from a placement to measured figures, one module per step:
+``capture -> planner -> torchrun``:
 
-* `capture` — any model (torch.export, else torch.fx with automatic leaf modules) cut into
-  segments at the modules where a stage may begin, each measured in CPU time;
-* `planner` — ``devplace plan``: the exact split among split points, its proven bound, the
-  split with the least replayed step under any of torch's schedules
-  (`devplace_lite.schedules.simulate`, `devplace_lite.schedules.search`), memory per rank under the
-  schedule, ``plan.json`` and a torchrun script; calibration per stage and action kind;
-* `torchrun` — run a plan under ``torchrun`` (one process per rank, one or several nodes);
-* `split` — cut the model's torch.fx graph into stage modules (skip activations carried
-  through the stages in between);
-* `plan` — from a placement of the profiled graph (`devplace_lite.pipeline.profile`) to the stages, in
-  chain order, with the cost model's forecast per stage;
-* `run` — run the stages with ``torch.distributed.pipelining`` (``PipelineStage``,
-  ``ScheduleGPipe`` / ``Schedule1F1B``), one process per stage, gloo on CPU or NCCL on GPUs,
-  and measure step time, busy time per stage, bubble and memory;
-* `measure` — time each stage alone in one process (how one GPU forecasts a k-GPU pipeline);
-* `compare` — split one model with several methods and measure every split;
-* `resources` — how many stages this machine can host (no torch needed on CPU).
+* `capture` — the model (torch.export, else torch.fx with automatic leaf modules, through the
+  package's one fx tracer, `tracer.Tracer`) cut into segments at the modules where a stage
+  may begin, each measured in CPU time (CUDA events on a GPU, or a GPU's roofline);
+* `split` — the torch.fx route's splitter: stage modules, skip activations carried through
+  the stages in between;
+* `planner` — `PipelinePlan`, the one plan class (``devplace plan``, ``devplace_lite.plan``):
+  the exact split among split points with its proven bound, the split with the least replayed
+  step under any of torch's schedules (`devplace_lite.schedules`), memory per rank, calibration,
+  and the splits practitioners use (`planner.with_method`, `planner.even_split`) scored alike;
+* `torchrun` — the one runner: a plan's script under ``torchrun``, one process per rank, on
+  one machine or several, with per-stage CPU times, memory and an exactness check;
+* `resources` — how many ranks this machine can host (no torch needed on CPU);
+* `profile` — beside the road: the FLOP/bytes cost model that makes the layer- and
+  operator-level graphs the partitioning chapters study (``devplace profile``, ``data/graphs``),
+  and prices the capture's segments on a roofline (``devplace plan --spec A100``);
+* `tracer` — the one torch.fx tracer the fallback route and the profiler share.
 
 Names are loaded on first use, so ``from devplace_lite.pipeline import check_resources`` does
 not import torch; everything else here does. ``import devplace_lite`` never imports it.
@@ -30,15 +29,12 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "Split": "split", "split_module": "split", "trace": "split", "ContiguousGrad": "split",
-    "Plan": "plan", "build_plan": "plan", "check_forecast": "plan", "plan_model": "plan", "stage_map": "plan",
-    "stages_for": "plan", "torch_threads": "plan",
-    "SCHEDULES": "run", "ActivationMeter": "run", "PipelineRun": "run", "run_pipeline": "run", "run_pipelines": "run",
-    "StageTimes": "measure", "measure_stages": "measure",
-    "MethodComparison": "compare", "compare_methods": "compare",
+    "Capture": "capture", "Tracer": "tracer", "capture": "capture", "measure_segments": "capture",
+    "segment_graph": "capture", "Split": "split", "split_module": "split",
+    "PipelinePlan": "planner", "plan": "planner", "plan_graph": "planner", "calibrate": "planner",
+    "with_method": "planner", "with_stages": "planner", "even_split": "planner", "segment_profile": "planner",
+    "launch": "torchrun", "ActivationMeter": "torchrun",
     "available_devices": "resources", "check_resources": "resources", "device_name": "resources",
-    "Capture": "capture", "capture": "capture", "measure_segments": "capture", "segment_graph": "capture",
-    "PipelinePlan": "planner", "plan_graph": "planner", "calibrate": "planner", "launch": "torchrun",
 }
 
 __all__ = sorted(_WHERE)

@@ -33,7 +33,9 @@ How
    calling thread on one torch thread (a shared machine's load does not inflate it: waiting
    for a core is not CPU time), and in training the segment's own backward, fed with ones,
    on fresh leaf copies of its inputs (so in-place operators never touch a saved tensor).
-   The least CPU time over the repeats is kept (interference only ever adds). Also recorded:
+   The least CPU time over the repeats is kept (interference only ever adds). With a GPU
+   ``spec`` each run is priced instead by that GPU's roofline of the kernels it launched (the
+   profiler's FLOP and bytes count, `devplace_lite.pipeline.profile.KernelLog`). Also recorded:
    the bytes of the parameters each segment holds, the activations autograd saves for its
    backward, and the bytes of every value passed between segments.
 4. **Graph** (`segment_graph`): one node per segment (and per model input, a zero-cost source
@@ -74,6 +76,8 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import GraphError, UsageError
 from ..graph import Graph, Node
+from .profile import ACC_KERNEL_OVERHEAD_MS, KernelLog, roofline_ms
+from .tracer import Tracer
 
 GRANULARITIES = ("block", "layer")
 #: Modules made leaves, one per failed trace, before the fx fallback gives up.
@@ -403,24 +407,13 @@ def tied_parameters(model: nn.Module, stages: Sequence[nn.Module]) -> dict[str, 
 
 
 
-class _LeafTracer(fx.Tracer):
-    """fx's tracer that also keeps the named modules whole."""
-
-    def __init__(self, leaves: set[str]) -> None:
-        super().__init__()
-        self.leaves = leaves
-
-    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        return qualname in self.leaves or super().is_leaf_module(m, qualname)
-
-
 def trace_with_leaves(model: nn.Module, notes: list[str]) -> tuple[fx.GraphModule, list[str]]:
     """Trace ``model`` with torch.fx, keeping whole each module inside which tracing fails
     (innermost first), and noting each in ``notes``. `GraphError` when the failure is in the
     model's own ``forward`` (no module to keep whole) or after `MAX_LEAVES` leaves."""
     leaves: set[str] = set()
     for _ in range(MAX_LEAVES + 1):
-        tracer = _LeafTracer(leaves)
+        tracer = Tracer(leaves)
         try:
             graph = tracer.trace(model)
             return fx.GraphModule(tracer.root, graph, type(model).__name__), sorted(leaves)
@@ -570,6 +563,8 @@ class SegmentTimes:
     backward_input_ms: list[float] = field(default_factory=list)
     #: Bytes of each segment's outputs (the last one's are the model's: the loss keeps them).
     output_bytes: list[int] = field(default_factory=list)
+    #: The accelerator whose roofline gave the times (`measure_segments`' ``spec``), else measured.
+    spec: str | None = None
 
 
 def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
@@ -677,12 +672,28 @@ def _cuda_ms(fn) -> float:
     return float(start.elapsed_time(end))
 
 
+def _roofline_clock(acc: Any):
+    """A clock that runs ``fn`` once and answers the roofline time of the kernels it launched on
+    accelerator ``acc`` (`devplace_lite.pipeline.profile`'s FLOP and bytes count, the same for a
+    segment as for the layers it holds): deterministic, the same on every machine."""
+    def clock(fn) -> float:
+        log = KernelLog()
+        with log:
+            fn()
+        return roofline_ms(log.kernels, acc, ACC_KERNEL_OVERHEAD_MS)
+
+    return clock
+
+
 def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
-                     threads: int = 1, device: str = "cpu") -> SegmentTimes:
+                     threads: int = 1, device: str = "cpu", spec: str | None = None) -> SegmentTimes:
     """Time every segment of ``cap`` on its example micro-batch (see the module docstring).
 
     ``device="cuda"`` moves the segments to the current GPU and times them with CUDA events
-    (the one-GPU measurement of a k-GPU pipeline; written to the same path, not run here)."""
+    (the one-GPU measurement of a k-GPU pipeline). ``spec`` (``"V100"``, ``"A100"``,
+    ``"H100"``) times them instead by the roofline of that accelerator, from the FLOPs and bytes
+    of every kernel each segment launches (`devplace_lite.pipeline.profile`): no repeats, the
+    same figures on any machine, a plan for GPUs made on a laptop."""
     if repeats < 1 or warmup < 0:
         raise UsageError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
     if device not in ("cpu", "cuda"):
@@ -690,6 +701,14 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("device cuda: torch sees no GPU on this machine (use cpu)")
     clock = _cpu_ms if device == "cpu" else _cuda_ms
+    if spec is not None:
+        from ..devices import SPECS
+
+        if str(spec).upper() not in SPECS:
+            raise UsageError(f"unknown accelerator spec {spec!r}; known: {', '.join(SPECS)}")
+        if device != "cpu":
+            raise UsageError("a roofline spec counts kernels on the CPU: leave device at cpu")
+        clock, repeats, warmup = _roofline_clock(SPECS[str(spec).upper()]), 1, 0
     example = tuple(t.to(device) for t in cap.example)
     if device != "cpu":
         cap.modules = [m.to(device) for m in cap.modules]
@@ -749,14 +768,20 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
                         input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_,
-                        output_bytes=outb)
+                        output_bytes=outb, spec=None if spec is None else str(spec).upper())
 
 
-def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES_PER_S,
+def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = None,
                   name: str | None = None) -> Graph:
     """The placement graph of the measured segments (see the module docstring): node ids are
     the segments' split points, model inputs are ``input:<k>``. ``graph.meta["segments"]``
-    keeps what the planner needs for memory (parameters, gradients, activations, tied)."""
+    keeps what the planner needs for memory (parameters, gradients, activations, tied).
+    Transfers go over ``link`` bytes/s: the roofline spec's host link, else `LINK_BYTES_PER_S`."""
+    from ..devices import SPECS
+
+    acc = SPECS[times.spec] if times.spec is not None else None
+    if link is None:
+        link = acc.link if acc is not None else LINK_BYTES_PER_S
     n = cap.num_segments
     ids = [f"{i}:{nm}" for i, nm in enumerate(cap.names)]
     sent = [0] * n  # bytes each segment sends to later segments (each value once)
@@ -801,10 +826,12 @@ def segment_graph(cap: Capture, times: SegmentTimes, *, link: float = LINK_BYTES
         "generator": "devplace_lite.pipeline.capture", "model": name or type(cap.model).__name__,
         "capture": cap.how, "notes": list(cap.notes), "granularity": cap.granularity, "training": times.training,
         "batch": int(cap.example[0].shape[0]) if cap.example[0].dim() else 1,
-        "inputs": [list(t.shape) for t in cap.example], "times": "measured",
-        "clock": "thread CPU time" if times.device == "cpu" else "CUDA events",
+        "inputs": [list(t.shape) for t in cap.example], "times": "measured" if acc is None else "roofline",
+        "clock": ("thread CPU time" if times.device == "cpu" else "CUDA events") if acc is None else
+                 "roofline of each kernel's FLOPs and bytes",
         "threads": times.threads, "repeats": times.repeats, "torch": torch.__version__,
-        "spec": {"name": f"{times.device}-measured", "link": link},
+        "spec": {"name": f"{times.device}-measured", "link": link} if acc is None else
+                {"name": acc.name, "flops": acc.flops, "bandwidth": acc.bandwidth, "link": link},
         "segments": {"names": list(cap.names), "param_bytes": times.param_bytes, "grad_bytes": times.grad_bytes,
                      "activation_bytes": times.activation_bytes, "forward_ms": times.forward_ms,
                      "backward_ms": times.backward_ms, "input_bytes": times.input_bytes,

@@ -181,7 +181,8 @@ class PipelinePlan:
     """A model's pipeline plan: segments, the chosen split, its certificate and its memory.
 
     ``stage_of[i]`` is the stage of segment ``i``; times are ms per micro-batch (thread CPU
-    time of one thread), memory in bytes.
+    time of one thread, CUDA events, or a GPU's roofline: ``graph.meta["clock"]``), memory in
+    bytes.
     """
 
     graph: Graph
@@ -335,7 +336,7 @@ class PipelinePlan:
                 "weight_ms": [b - i for b, i in zip(self.backward_ms, self.input_ms)],
                 "compute_ms": self.compute_ms, "load_ms": self.load_ms, "step_ms": sim.step_ms,
                 "rank_busy_ms": sim.rank_busy_ms, "rank_idle_ms": sim.rank_idle_ms,
-                "rank_peak_bytes": sim.rank_peak_bytes, "clock": "thread CPU time, one thread",
+                "rank_peak_bytes": sim.rank_peak_bytes, "clock": self.graph.meta.get("clock", "thread CPU time"),
                 "how": f"replay of {_SCHEDULES[self.schedule].torch_class}'s action order "
                        "(devplace_lite.schedules.simulate)",
                 "events": [[r, a.kind, a.stage, a.microbatch, round(t0, 6), round(t1, 6)]
@@ -449,7 +450,8 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
 def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int = 4, schedule: str = "1f1b",
          training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
          granularity: str = "block", time_limit: float = 10.0, seed: int = 0, repeats: int = 5, warmup: int = 1,
-         model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None) -> PipelinePlan:
+         model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None,
+         spec: str | None = None) -> PipelinePlan:
     """Profile ``model`` on one micro-batch of ``example_inputs`` (the whole batch, cut into
     ``microbatches`` along dim 0) and plan its pipeline over at most ``k`` stages.
 
@@ -473,6 +475,10 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         ``"auto"`` (the exact DP when the ideals fit) or a name of `devplace_lite.methods.PARTITION`.
     device : ``"cpu"`` or ``"cuda"``
         Where the segments are timed: one CPU thread (CPU time), or the GPU (CUDA events).
+    spec : ``"V100"``, ``"A100"`` or ``"H100"``, optional
+        Time the segments by that accelerator's roofline instead (FLOPs and bytes of every
+        kernel, `devplace_lite.pipeline.capture.measure_segments`), transfers over its host link:
+        a deterministic plan for GPUs made anywhere.
 
     Returns
     -------
@@ -505,8 +511,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         raise UsageError(f"a batch of {batch} does not split into {microbatches} equal micro-batches: give a "
                          f"micro-batch count (--microbatches) that divides {batch}, or a batch (--batch) that is a "
                          f"multiple of {microbatches}")
-    graph, cap, seconds = _profile(model, inputs, microbatches, training, granularity, repeats, warmup, model_spec,
-                                   device)
+    graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
+                                          model_spec, device, spec)
     p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,
                    optimizer=optimizer, method=method, time_limit=time_limit, seed=seed, per_rank=per_rank)
     p.model_spec, p.capture = model_spec, cap
@@ -514,9 +520,12 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     return p
 
 
-def _profile(model: Any, inputs: tuple, microbatches: int, training: bool, granularity: str, repeats: int,
-             warmup: int, model_spec: str | None, device: str) -> tuple[Graph, Any, dict[str, float]]:
-    """Capture and measure ``model`` on one micro-batch of ``inputs``: the segment graph."""
+def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool = True, granularity: str = "block",
+                    repeats: int = 5, warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
+                    spec: str | None = None) -> tuple[Graph, Any, dict[str, float]]:
+    """Capture and measure ``model`` on one micro-batch of ``inputs`` (the batch cut into
+    ``microbatches``): ``(segment graph, Capture, seconds per step)``, what `plan` plans from and
+    `plan_graph` takes, for planning one profile several ways (schedules, micro-batches)."""
     from .capture import capture as capture_model
     from .capture import measure_segments, segment_graph
 
@@ -525,7 +534,7 @@ def _profile(model: Any, inputs: tuple, microbatches: int, training: bool, granu
     t0 = time.perf_counter()
     cap = capture_model(model, micro, granularity)
     t1 = time.perf_counter()
-    times = measure_segments(cap, training=training, repeats=repeats, warmup=warmup, device=device)
+    times = measure_segments(cap, training=training, repeats=repeats, warmup=warmup, device=device, spec=spec)
     graph = segment_graph(cap, times, name=model_spec or type(model).__name__)
     return graph, cap, {"capture": t1 - t0, "measure": time.perf_counter() - t1}
 
@@ -537,7 +546,8 @@ AUTO_MICROBATCHES = 16
 def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int | None = None,
               training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
               granularity: str = "block", time_limit: float = 10.0, seed: int = 0, repeats: int = 5,
-              warmup: int = 1, model_spec: str | None = None, device: str = "cpu") -> tuple[PipelinePlan, list[dict]]:
+              warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
+              spec: str | None = None) -> tuple[PipelinePlan, list[dict]]:
     """``--schedule auto``: every schedule of `SCHEDULES` (at its default stages per rank) and
     every micro-batch count (``microbatches``, or each divisor of the batch up to
     `AUTO_MICROBATCHES`, each measured at its own micro-batch size), planned; the plan with the
@@ -556,7 +566,8 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
     best: PipelinePlan | None = None
     tried: list[dict] = []
     for m in counts:
-        graph, cap, seconds = _profile(model, inputs, m, training, granularity, repeats, warmup, model_spec, device)
+        graph, cap, seconds = segment_profile(model, inputs, m, training, granularity, repeats, warmup, model_spec,
+                                              device, spec)
         for name in SCHEDULES:
             try:
                 p = plan_graph(graph, k=k, microbatches=m, schedule=name, batch=batch, memory=memory,
@@ -597,14 +608,37 @@ def _scored(p: PipelinePlan, stage_of: Sequence[int], method: str):
     return Result(method, p.chain, p.cluster, a, float(evaluate(p.chain, p.cluster, a).max_load), "feasible", 0.0)
 
 
+def method_split(p: PipelinePlan, method: str, graph: Graph | None = None, *, time_limit: float | None = None,
+                 seed: int = 0) -> list[int]:
+    """Stage of each segment in the least-bottleneck split of ``method`` (a name of
+    `devplace_lite.methods.PARTITION`: ``dp``, ``time``, ``parameters``, ``uniform``...) over the
+    plan's stages, on the plan's chain graph or on ``graph`` (the same nodes, other costs).
+
+    Raises
+    ------
+    GraphError
+        The method finds no split.
+    """
+    g = p.chain if graph is None else graph
+    res = partition(g, p.cluster, method, time_limit=time_limit, seed=seed)
+    if res.assignment is None or res.status == "infeasible":
+        raise GraphError(f"method {method} found no split of {len(p.names)} segments into {p.num_stages} stages")
+    a = as_assignment(g, p.cluster, res.assignment)
+    pos = {d: s for s, d in enumerate(chain_order(g, p.cluster, a))}
+    return [pos[int(a[g.index[f"{i}:{nm}"]])] for i, nm in enumerate(p.names)]
+
+
+def with_method(p: PipelinePlan, method: str, *, time_limit: float | None = None, seed: int = 0) -> PipelinePlan:
+    """``p`` with the split ``method`` picks (`method_split`), scored by the same cost model and
+    replayed under the same schedule: the splits of the DP, of torchgpipe's balance by time
+    (``time``) and of DeepSpeed's ``parameters`` and ``uniform`` side by side."""
+    return with_stages(p, method_split(p, method, time_limit=time_limit, seed=seed), method)
+
+
 def compute_only(p: PipelinePlan) -> list[int]:
     """The split an equal-compute partitioner picks (PiPPy's proposed ``auto_partition`` balances
     compute alone): the exact DP on the profile with every transfer set to zero."""
-    g = p.chain.with_nodes([dataclasses.replace(v, comm=0.0) for v in p.chain.nodes])
-    res = partition(g, p.cluster, "dp")
-    order = chain_order(g, p.cluster, res.assignment)
-    pos = {d: s for s, d in enumerate(order)}
-    return [pos[int(res.assignment[g.index[f"{i}:{nm}"]])] for i, nm in enumerate(p.names)]
+    return method_split(p, "dp", p.chain.with_nodes([dataclasses.replace(v, comm=0.0) for v in p.chain.nodes]))
 
 
 def even_split(graph: Graph, k: int) -> list[int]:

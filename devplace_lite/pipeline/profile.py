@@ -1,14 +1,18 @@
-"""Profile a PyTorch model into a placement graph: torch.fx trace, FLOPs, bytes, times.
+"""Profile a PyTorch model into a placement graph: FLOPs, bytes and times of its layers or operators.
 
 Problem
 -------
 Turn an ``nn.Module`` and an example input into a `Graph` whose nodes are the model's layers
 (``granularity="layer"``) or operators (``"op"``), with accelerator and CPU times, memory,
-output bytes and communication costs, optionally with a backward node per forward node.
+output bytes and communication costs, optionally with a backward node per forward node. These
+are the graphs the partitioning chapters study (``data/graphs``, ``devplace profile``); the
+road from a model to a *run* is `devplace_lite.pipeline.planner` (segments between split
+points), which this module does not take.
 
 How
 ---
-1. **Trace** with ``torch.fx.symbolic_trace``'s tracer. At both granularities a built-in
+1. **Trace** with the package's one torch.fx tracer (`devplace_lite.pipeline.tracer.Tracer`,
+   the capture's fallback route). At both granularities a built-in
    ``torch.nn`` module is one node: each is one operator (convolution, batch norm, linear,
    LayerNorm, a whole LSTM layer) and fx cannot enter them anyway (their ``forward`` checks
    shapes in Python). Operator granularity traces everything else down to functions and tensor
@@ -107,6 +111,7 @@ from torch.utils.flop_counter import flop_registry
 
 from ..devices import SPECS, AcceleratorSpec
 from ..graph import Graph, GraphError, Node
+from .tracer import Tracer
 
 GRANULARITIES = ("layer", "op")
 MEASURED = ("cpu-measured", "cuda-measured")
@@ -132,26 +137,12 @@ _GATHERS = {_aten.embedding, _aten.index_select, _aten.gather, _aten.index}
 
 
 # -- tracing ------------------------------------------------------------------------------------
-class _Tracer(fx.Tracer):
-    def __init__(self, granularity: str, leaf_modules: tuple[type, ...]) -> None:
-        super().__init__()
-        self.granularity = granularity
-        self.leaves = leaf_modules
-
-    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        # fx's default keeps built-in torch.nn modules whole: each is one operator (conv, batch
-        # norm, linear, LSTM...) and their forward checks shapes in Python, which fx cannot trace
-        if isinstance(m, self.leaves) or super().is_leaf_module(m, qualname):
-            return True
-        return self.granularity == "layer" and bool(getattr(type(m), "devplace_layer", False))
-
-
 def _first_sentence(err: BaseException) -> str:
     text = (str(err).strip().splitlines() or [type(err).__name__])[0]
     return text.split(". ")[0].rstrip(".")
 
 
-def _untraceable(model: nn.Module, tracer: _Tracer, err: Exception) -> GraphError:
+def _untraceable(model: nn.Module, tracer: Tracer, err: Exception) -> GraphError:
     """One line naming the first call fx could not trace: the user's source line, its
     function and module path, and fx's reason."""
     torch_dir = os.path.dirname(torch.__file__)
@@ -182,7 +173,7 @@ def trace(model: nn.Module, granularity: str = "layer", leaf_modules: Sequence[t
     """
     if granularity not in GRANULARITIES:
         raise GraphError(f"unknown granularity {granularity!r}; expected layer or op")
-    tracer = _Tracer(granularity, tuple(leaf_modules))
+    tracer = Tracer(classes=tuple(leaf_modules), blocks=granularity == "layer")
     try:
         graph = tracer.trace(model)
     except Exception as e:  # noqa: BLE001 - fx raises TraceError, TypeError, RuntimeError...
@@ -209,8 +200,18 @@ def _is_view(func) -> bool:
     return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
 
 
-class _KernelLog(TorchDispatchMode):
-    """Records ``(flops, bytes)`` of every ATen kernel run while active."""
+class KernelLog(TorchDispatchMode):
+    """Records ``(flops, bytes)`` of every ATen kernel run while active (the cost model of the
+    profiler here and of the capture's roofline segments).
+
+    Examples
+    --------
+    >>> log = KernelLog()
+    >>> with log:
+    ...     _ = torch.ones(2, 3) @ torch.ones(3, 4)
+    >>> log.kernels[-1]  # 2 x 3 x 4 multiply-adds; reads 6 + 12 floats, writes 8
+    (48.0, 104.0)
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -313,7 +314,7 @@ class _Counter(ShapeProp):
         super().__init__(gm)
         self.training = training
         self.costs: dict[str, _Cost] = {}
-        self._log = _KernelLog()
+        self._log = KernelLog()
         self._leaves: list[tuple[torch.Tensor, bool]] = []  # (fresh leaf, is a parameter)
         self._rnn: tuple[list, list] | None = None
 
@@ -346,7 +347,7 @@ class _Counter(ShapeProp):
     def run_node(self, n: fx.Node) -> Any:
         if n.op in ("placeholder", "get_attr", "output"):
             return super().run_node(n)
-        self._log = _KernelLog()
+        self._log = KernelLog()
         self._rnn = None
         cost = _Cost()
         with torch.set_grad_enabled(self.training), self._log:
@@ -361,7 +362,7 @@ class _Counter(ShapeProp):
             else:
                 params = list(self.module.get_submodule(n.target).parameters()) if n.op == "call_module" else []
                 wrt = [leaf for leaf, _ in self._leaves] + [p for p in params if p.requires_grad]
-                log = _KernelLog()
+                log = KernelLog()
                 with log.paused():
                     seeds = [torch.ones_like(t) for t in outs]
                 with log:

@@ -1,8 +1,8 @@
-"""How many stages this machine can host, and what it is called: checked before anything starts.
+"""How many ranks this machine can host, and what it is called: checked before anything starts.
 
-A pipeline runs one process per stage: on CPU each process gets its share of the cores this
-process may use, on GPUs each process one GPU (NCCL refuses two ranks on one device). This
-module imports torch only to count GPUs, so the CLI can refuse a bad ``-k`` at once.
+A pipeline runs one process per rank: on CPU the processes share the cores this process may
+use, on GPUs each process gets one GPU (NCCL refuses two ranks on one device). This module
+imports torch only to count GPUs, so a bad ``-k`` is refused before torchrun starts.
 
 Example
 -------
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Sequence
 
 from ..graph import GraphError
 
@@ -45,22 +44,13 @@ def device_name(device: str = "cpu") -> str:
     return f"{model or 'CPU'} ({available_devices('cpu')} cores)"
 
 
-def check_resources(num_stages: int, device: str = "cpu", stage_bytes: Sequence[float] | None = None,
-                    memory: float | None = None) -> None:
-    """Raise a one-line `GraphError` when ``num_stages`` exceeds the devices this machine has,
-    or when a stage's bytes (parameters, or the cost model's memory) exceed ``memory``."""
+def check_resources(ranks: int, device: str = "cuda") -> None:
+    """Raise a one-line `GraphError` when ``ranks`` processes need more GPUs than this machine
+    has (NCCL refuses two ranks on one GPU). CPU ranks share cores (gloo), so any count runs."""
     have = available_devices(device)
-    if num_stages > have:
-        if device == "cuda":
-            raise GraphError(f"k={num_stages} stages need {num_stages} GPUs (one NCCL process each), "
-                             f"this machine has {have}; on one GPU, time the stages in one process "
-                             f"(devplace pipeline stages) instead")
-        raise GraphError(f"k={num_stages} stages need {num_stages} CPU cores (one process each), "
-                         f"this machine has {have}")
-    if memory is not None and stage_bytes is not None:
-        for s, b in enumerate(stage_bytes):
-            if b > memory:
-                raise GraphError(f"stage {s} needs {b:.0f} bytes, over the memory cap of {memory:.0f} bytes per device")
+    if device == "cuda" and ranks > have:
+        raise GraphError(f"k={ranks} ranks need {ranks} GPUs (one NCCL process each), this machine has {have}; "
+                         "on one GPU, plan with --device cuda: the segments timed there forecast the k-GPU pipeline")
 
 
 def free_port() -> int:

@@ -1,5 +1,9 @@
 """Cut a traced torch model into pipeline stages: one `torch.fx.GraphModule` per stage.
 
+This is the capture's second route (`devplace_lite.pipeline.capture.fx_split`): where
+torch.export cannot capture a model, torch.fx traces it and this module makes its segments,
+and the stages a torchrun rank builds (`devplace_lite.pipeline.torchrun`).
+
 Problem: given a model's fx graph and a stage index for its nodes (a chain of ideals: every
 edge goes from a stage to the same or a later one), build one module per stage such that
 running them one after another computes the model. A stage only talks to its neighbours (that
@@ -16,7 +20,7 @@ Three kinds of nodes need care:
   parameter read by two stages would be trained twice, so that is an error; so is one module
   with trainable weights called from two stages (shared weights). A module without weights
   (one ``nn.Dropout`` called at ten places) is copied into every stage that calls it.
-* nodes without a stage (the profiler may fold small ops into layers) run at the earliest stage
+* nodes without a stage run at the earliest stage
   their inputs allow, i.e. the largest stage among their inputs;
 * ``getitem`` on a node that returns a tuple of tensors (an LSTM's output) stays with that node:
   a tuple cannot cross a stage boundary.
@@ -29,7 +33,8 @@ Example
 -------
 >>> import torch
 >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
->>> gm = torch.fx.symbolic_trace(net)
+>>> from devplace_lite.pipeline.tracer import Tracer
+>>> gm = torch.fx.GraphModule(net, Tracer().trace(net))
 >>> sp = split_module(gm, {"_0": 0, "_1": 0, "_2": 1}, (torch.randn(3, 4),))
 >>> sp.num_stages, sp.carried
 (2, [['_1']])
@@ -53,16 +58,6 @@ import torch.fx as fx
 from torch import nn
 
 from ..graph import GraphError
-
-
-def trace(model: nn.Module) -> fx.GraphModule:
-    """The model's fx graph (`torch.fx.symbolic_trace`); a `GraphModule` is returned as is."""
-    if isinstance(model, fx.GraphModule):
-        return model
-    try:
-        return fx.symbolic_trace(model)
-    except Exception as e:  # fx raises many kinds; the reader needs one line
-        raise GraphError(f"model {type(model).__name__} cannot be traced by torch.fx: {e}".splitlines()[0]) from None
 
 
 class _ContiguousGrad(torch.autograd.Function):
@@ -159,14 +154,14 @@ class Split:
         return self.stages[-1](*out)
 
 
-def split_module(model: nn.Module, stage_of: Mapping[str, int], example_inputs: Sequence[Any],
+def split_module(gm: fx.GraphModule, stage_of: Mapping[str, int], example_inputs: Sequence[Any],
                  num_stages: int | None = None) -> Split:
     """Split ``model`` into stages from ``stage_of`` (fx node name -> stage index).
 
     Parameters
     ----------
-    model : nn.Module or fx.GraphModule
-        Traced with `trace` when it is not a `GraphModule` already.
+    gm : fx.GraphModule
+        The model as the capture's tracer gives it (`devplace_lite.pipeline.tracer.Tracer`).
     stage_of : mapping
         Stage index (``0..p-1``) of fx nodes; nodes left out follow the rule in the module
         docstring; names that are not nodes of the graph are an error.
@@ -182,7 +177,8 @@ def split_module(model: nn.Module, stage_of: Mapping[str, int], example_inputs: 
         An edge goes backwards between stages, a non-tensor value must cross a boundary, a
         trainable parameter or a module is used by two stages, or a boundary carries nothing.
     """
-    gm = trace(model)
+    if not isinstance(gm, fx.GraphModule):
+        raise GraphError(f"split_module cuts a traced model (torch.fx.GraphModule), got {type(gm).__name__}")
     nodes = list(gm.graph.nodes)
     by_name = {n.name: n for n in nodes}
     unknown = sorted(set(stage_of) - set(by_name))

@@ -54,13 +54,89 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import GraphError, UsageError
 from ..files import write_text_atomic
-from .resources import free_port
+from .resources import check_resources, free_port
 
+
+class ActivationMeter:
+    """Bytes of tensors autograd keeps for the backward pass, and their high-water mark.
+
+    Used as ``torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack)``: a tensor
+    counts from the first time it is saved until it is freed (a finaliser), once however many
+    operations save it; parameters (``skip``, by ``id``) are not activations. This is the memory
+    a schedule decides: GPipe keeps every micro-batch's activations until the backward phase,
+    1F1B at most about ``p`` of them.
+
+    Examples
+    --------
+    >>> import torch
+    >>> w = torch.randn(4, 4, requires_grad=True)
+    >>> meter = ActivationMeter({id(w)})
+    >>> with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+    ...     y = (torch.randn(2, 4) @ w).relu()
+    >>> meter.peak  # the input of the matmul and the relu's output, 2 x 4 floats each
+    64
+    """
+
+    def __init__(self, skip: set[int] | None = None):
+        self.skip = skip or set()
+        self.live = self.peak = 0
+        self._seen: set[int] = set()
+
+    def _free(self, key: int, size: int) -> None:
+        self._seen.discard(key)
+        self.live -= size
+
+    def pack(self, t: Any) -> Any:
+        key = id(t)
+        if key not in self._seen and key not in self.skip:
+            size = t.numel() * t.element_size()
+            self._seen.add(key)
+            self.live += size
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(t, self._free, key, size)
+        return t
+
+    @staticmethod
+    def unpack(t: Any) -> Any:
+        return t
+
+
+def stage_shapes(stages: Sequence[Any], micro: tuple, training: bool) -> list[tuple[list, list]]:
+    """``(shape, dtype, requires_grad)`` of every stage's inputs and outputs for one
+    micro-batch, from one pass here. Handing them to `PipelineStage` (its static mode) spares
+    the stages a shape-inference pass on uninitialised tensors, which fails on integer inputs
+    (token ids carried to a later stage index out of range)."""
+    import torch
+
+    def shape(t: Any) -> tuple:
+        if not isinstance(t, torch.Tensor):
+            raise GraphError(f"stage values must be tensors, got {type(t).__name__}")
+        return tuple(t.shape), t.dtype, bool(t.requires_grad)
+
+    out: list[tuple[list, list]] = []
+    cur: tuple = micro
+    with torch.set_grad_enabled(training):
+        for s, mod in enumerate(stages):
+            if s:
+                cur = tuple(t.detach().requires_grad_(t.requires_grad) for t in cur)
+            res = mod(*cur)
+            res_t = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+            out.append(([shape(t) for t in cur], [shape(t) for t in res_t]))
+            cur = res_t
+    return out
+
+
+def _example(meta: tuple, device: Any) -> Any:
+    import torch
+
+    size, dtype, grad = meta
+    return torch.empty(size, dtype=dtype, device=device).requires_grad_(grad)
 
 
 # -- the script --------------------------------------------------------------------------------
@@ -144,6 +220,8 @@ def _instrument(stage: Any, record: list, cuda: bool = False, fresh: bool = Fals
         inner = getattr(stage, name)
 
         def timed(chunk: int, *args: Any, _inner=inner, _kind=kind, **kwargs: Any) -> Any:
+            if _kind != "F" and not stage.has_backward:  # inference: torch calls it, and it does nothing
+                return _inner(chunk, *args, **kwargs)
             if _kind == "B" and not kwargs.get("full_backward", True):
                 _kind = "I"
             c0, t0 = time.thread_time(), time.perf_counter()
@@ -267,8 +345,6 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
                 groups.append((t["parameter"], on, dist.new_group(on) if len(on) > 1 else None))
         first, last = 0 in mine, n_stages - 1 in mine
         xs = tuple(inputs[i].to(device) for i in order)
-        from .run import ActivationMeter
-
         params = [p for st in stages for p in st.submod.parameters()]
         meter = ActivationMeter({id(p) for p in params})
         steps, out, losses, events = [], None, [], []
@@ -381,13 +457,12 @@ def _fx_stage(model: Any, micro: tuple, points: Sequence[str], index: int, count
     from torch.distributed.pipelining import PipelineStage
 
     from .capture import fx_split, trace_with_leaves
-    from .run import _example, _stage_shapes
 
     gm, leaves = trace_with_leaves(copy.deepcopy(model), [])
     split, _ = fx_split(gm, micro, points, leaves)
     if split.num_stages != count:
         raise GraphError(f"the split points give {split.num_stages} stages, not {count}")
-    ins, outs = _stage_shapes(split.stages, micro, training)[index]
+    ins, outs = stage_shapes(split.stages, micro, training)[index]
     return PipelineStage(split.stages[index].to(device), index, count, device,
                          input_args=tuple(_example(m, device) for m in ins),
                          output_args=tuple(_example(m, device) for m in outs))
@@ -483,11 +558,16 @@ def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int
         if int(value) != value or value < low:
             raise UsageError(f"{name} must be an integer >= {low}, got {value}")
     p = int(plan.get("ranks", plan["stages"]))
+    if device == "cuda":
+        check_resources(p, device)
     with tempfile.TemporaryDirectory(prefix="devplace-torchrun-") as out:
         extra = ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads), "--out", out,
                  "--device", device, "--timeout", str(max(30.0, timeout))] + (["--check"] if check else [])
         cmds = torchrun_commands(script, p, nodes=nodes, extra=extra)
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+        # the ranks import what this process can (a model module on a path a notebook added)
+        path = os.pathsep.join(dict.fromkeys([os.path.abspath(x or ".") for x in sys.path] +
+                                             [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
         logs = [tempfile.TemporaryFile() for _ in cmds]
         procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
                  for c, log in zip(cmds, logs)]

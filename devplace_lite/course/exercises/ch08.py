@@ -1,7 +1,7 @@
 """Exercises of chapter 08 (a real pipeline): stage order, a 1F1B step on paper, a measured bubble.
 
-Torch-free on purpose: the chapter's `devplace_lite.pipeline.stage_map` imports torch, so 08.2
-is checked against `devplace_lite.cost.chain_order`, which it is built on.
+Torch-free on purpose (the chapter's pipeline imports torch): 08.2 is checked against
+`devplace_lite.cost.chain_order`, the order in which a chain split's stages run.
 """
 
 from __future__ import annotations
