@@ -89,13 +89,16 @@ def _cell(x: Any, digits: int) -> Any:
 
 
 def table(rows: "pd.DataFrame | Sequence[Mapping[str, Any]]", digits: int = 3, index: bool = False,
-          formats: Mapping[str, str] | None = None, caption: str | None = None) -> "pd.io.formats.style.Styler":
+          formats: Mapping[str, str] | None = None, caption: str | None = None,
+          widths: Sequence[float] | None = None) -> "pd.io.formats.style.Styler":
     """A results table to show: ``rows`` (a DataFrame, or one mapping per row, headers with
     their units such as ``"max-load (ms)"``) with floats to ``digits`` significant digits (a
     float of more integer digits whole, thousands separated), missing values as a dash, truth
     values as yes / no, numbers right-aligned, and the index hidden unless ``index``.
     ``formats`` maps a column to a format of its own (``{"gap": "{:.1%}"}``); ``caption``
-    says what every cell is when the headers cannot (``"max-load / best baseline"``).
+    says what every cell is when the headers cannot (``"max-load / best baseline"``);
+    ``widths`` (percent of the column, one per table column) sets a table of sentences in
+    left-aligned columns of those widths, wrapping within each.
 
     The book's stylesheet fits the table to the text column (``chapters/_static``: the class
     ``dataframe``, as pandas' own tables have).
@@ -121,6 +124,9 @@ def table(rows: "pd.DataFrame | Sequence[Mapping[str, Any]]", digits: int = 3, i
         style = style.set_caption(caption)
     numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
     style = style.set_properties(subset=numeric, **{"text-align": "right"})
+    if widths is not None:
+        style = style.set_properties(**{"text-align": "left", "vertical-align": "top"}).set_table_styles(
+            [{"selector": f"th.col{i}", "props": f"width: {w}%; text-align: left"} for i, w in enumerate(widths)])
     return style if index else style.hide(axis="index")
 
 
