@@ -94,7 +94,8 @@ def table(rows: "pd.DataFrame | Sequence[Mapping[str, Any]]", digits: int = 3, i
     """A results table to show: ``rows`` (a DataFrame, or one mapping per row, headers with
     their units such as ``"max-load (ms)"``) with floats to ``digits`` significant digits (a
     float of more integer digits whole, thousands separated), missing values as a dash, truth
-    values as yes / no, numbers right-aligned, and the index hidden unless ``index``.
+    values as yes / no, numbers right-aligned and text left-aligned, and the index hidden
+    unless ``index``.
     ``formats`` maps a column to a format of its own (``{"gap": "{:.1%}"}``); ``caption``
     says what every cell is when the headers cannot (``"max-load / best baseline"``);
     ``widths`` (percent of the column, one per table column) sets a table of sentences in
@@ -110,6 +111,9 @@ def table(rows: "pd.DataFrame | Sequence[Mapping[str, Any]]", digits: int = 3, i
     ((2, 2), True, True)
     >>> "12.35%" in table([{"gap": 0.12345}], formats={"gap": "{:.2%}"}).to_html()
     True
+    >>> t = table([{"graph": "bert", "ideals": 12}, {"graph": "gpt", "ideals": "(full mode)"}])
+    >>> [(st["selector"], st["props"]) for st in t.table_styles]   # text left, numbers (and their notes) right
+    [('th.col0', [('text-align', 'left')])]
     """
     import pandas as pd
 
@@ -122,11 +126,18 @@ def table(rows: "pd.DataFrame | Sequence[Mapping[str, Any]]", digits: int = 3, i
     style = style.set_table_attributes('class="dataframe devplace-table"')
     if caption:
         style = style.set_caption(caption)
-    numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+    # a column of numbers (a placeholder such as "(full mode)" among them included) lines up on the right
+    numeric = [c for c in df.columns if any(isinstance(x, (int, float, np.number)) and not isinstance(x, (bool, np.bool_))
+                                            and x == x for x in df[c])]
+    text = [c for c in df.columns if c not in numeric]
     style = style.set_properties(subset=numeric, **{"text-align": "right"})
+    style = style.set_properties(subset=text, **{"text-align": "left"})  # names read from the left, numbers line up
+    style = style.set_table_styles([{"selector": f"th.col{i}", "props": "text-align: left"}
+                                    for i, c in enumerate(df.columns) if c in text])
     if widths is not None:
         style = style.set_properties(**{"text-align": "left", "vertical-align": "top"}).set_table_styles(
-            [{"selector": f"th.col{i}", "props": f"width: {w}%; text-align: left"} for i, w in enumerate(widths)])
+            [{"selector": f"th.col{i}", "props": f"width: {w}%; text-align: left"} for i, w in enumerate(widths)],
+            overwrite=False)
     return style if index else style.hide(axis="index")
 
 
