@@ -13,7 +13,7 @@ The public surface, importable without torch:
 * `plan`: from a PyTorch model to a certified pipeline plan (imports torch when called);
 * `parallelize`: data, tensor and pipeline parallelism planned together (Piper's model);
 * `generators` (seeded graphs of four families: ``dl.generators.generate("layered", 40)``) and
-  `plot` (the book's figures: placements coloured by device, Gantt charts).
+  `plot` (the book's figures: placements coloured by device, Gantt charts), loaded on first use.
 
 Example
 -------
@@ -37,7 +37,7 @@ from .devices import Cluster
 from .errors import ClusterError, DevplaceError, GraphError, LimitError, UsageError
 from .graph import Graph, Node
 from .io import load_graph
-from . import generators, plot, solve
+from . import solve
 from .methods import BOUND, LATENCY, PARTITION
 from .result import Result
 from .solve import BOUND_TIME
@@ -48,6 +48,15 @@ if TYPE_CHECKING:  # the bounds (and numba) load only when a bound is asked for
 __all__ = ["BOUND", "Cluster", "ClusterError", "DevplaceError", "Evaluation", "Graph", "GraphError", "LATENCY",
            "LimitError", "Node", "PARTITION", "Result", "UsageError", "bound", "evaluate", "generators", "latency",
            "load_graph", "parallelize", "partition", "plan", "plot"]
+
+
+def __getattr__(name: str):
+    """`generators` and `plot` load on first use: a command that needs neither never pays for them."""
+    if name in ("generators", "plot"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _inputs(graph: Graph | str | PathLike, cluster: Cluster | None) -> tuple[Graph, Cluster]:
