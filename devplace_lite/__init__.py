@@ -50,7 +50,7 @@ __all__ = ["BOUND", "Cluster", "ClusterError", "DevplaceError", "Evaluation", "G
            "load_graph", "parallelize", "partition", "plan", "plot"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """`generators` and `plot` load on first use: a command that needs neither never pays for them."""
     if name in ("generators", "plot"):
         import importlib
