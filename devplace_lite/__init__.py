@@ -11,7 +11,9 @@ The public surface, importable without torch:
 * `bound`: a proven lower bound on the optimal max-load (`devplace_lite.methods.BOUND`);
 * the errors (`DevplaceError` and its kinds), raised for every bad input;
 * `plan`: from a PyTorch model to a certified pipeline plan (imports torch when called);
-* `parallelize`: data, tensor and pipeline parallelism planned together (Piper's model).
+* `parallelize`: data, tensor and pipeline parallelism planned together (Piper's model);
+* `generators` (seeded graphs of four families: ``dl.generators.generate("layered", 40)``) and
+  `plot` (the book's figures: placements coloured by device, Gantt charts), loaded on first use.
 
 Example
 -------
@@ -44,8 +46,17 @@ if TYPE_CHECKING:  # the bounds (and numba) load only when a bound is asked for
     from .result import Bound
 
 __all__ = ["BOUND", "Cluster", "ClusterError", "DevplaceError", "Evaluation", "Graph", "GraphError", "LATENCY",
-           "LimitError", "Node", "PARTITION", "Result", "UsageError", "bound", "evaluate", "latency", "load_graph",
-           "parallelize", "partition", "plan"]
+           "LimitError", "Node", "PARTITION", "Result", "UsageError", "bound", "evaluate", "generators", "latency",
+           "load_graph", "parallelize", "partition", "plan", "plot"]
+
+
+def __getattr__(name: str) -> Any:
+    """`generators` and `plot` load on first use: a command that needs neither never pays for them."""
+    if name in ("generators", "plot"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _inputs(graph: Graph | str | PathLike, cluster: Cluster | None) -> tuple[Graph, Cluster]:

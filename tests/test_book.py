@@ -45,6 +45,7 @@ import pytest
 pytest.importorskip("yaml", reason="PyYAML comes with jupyter-book (the book extra)")
 
 from devplace_lite.course import book as bk  # noqa: E402
+from devplace_lite.course import notebook as bk_nb  # noqa: E402
 
 ROOT = bk.ROOT
 CHAPTERS = bk.CHAPTERS
@@ -55,10 +56,14 @@ STAND_IN_REPO = "https://github.com/devplace-lite-stand-in/devplace_lite"
 #: myst-nb renders an error output as div.output.traceback (and stderr as div.output.stderr)
 ERROR_SELECTOR = ".output.traceback, .output.error, div.traceback"
 NOTEBOOK_PAGES = bk.notebook_pages()
+#: A chapter's first code cell, one line: the library, the notebook helper, FAST and the seeded generator.
+OPENING = "import devplace_lite as dl; from devplace_lite.course import notebook as nb; FAST, rng = nb.start()"
+
+
 BUSY = 2
 #: Chapters that print results tables, and chapters with formulas in their prose.
 TABLES = {"01_placement_problem", "02_dp_over_ideals", "03_throughput_ip", "04_latency_ip", "05_lower_bounds",
-          "06_heuristics", "08_torch_pipeline", "09_parallelism"}
+          "06_heuristics", "07_rl_placement", "08_torch_pipeline", "09_parallelism", "90_reproduction"}
 MATH = {"01_placement_problem", "02_dp_over_ideals", "03_throughput_ip", "04_latency_ip", "05_lower_bounds",
         "07_rl_placement", "08_torch_pipeline", "09_parallelism"}
 
@@ -290,21 +295,56 @@ def test_toc_names_existing_files():
 def test_chapters_use_the_book_style(name):
     text = (CHAPTERS / f"{name}.md").read_text(encoding="utf-8")
     if re.search(r"\bplt\.|matplotlib", text):
-        assert "use_style()" in text, f"{name} draws figures but never calls devplace_lite.plot.use_style()"
+        assert "nb.start()" in text, f"{name} draws figures but never calls devplace_lite.course.notebook.start()"
 
 
 @pytest.mark.parametrize("name", NOTEBOOK_PAGES)
-def test_first_cell_installs_the_library(name):
-    """Colab and Binder open the notebook with nothing installed: its first code cell installs the
-    library from INSTALL_FROM, which the published notebooks point at the project's repository."""
+def test_chapters_open_with_one_line(name):
+    """A chapter opens with the one line (no install cell, no block of imports: the rest is
+    imported where it is taught)."""
     import jupytext
 
     nb = jupytext.read(CHAPTERS / f"{name}.md")
     first = next(c for c in nb.cells if c.cell_type == "code")
-    assert bk.INSTALL_LINE.search(first.source) and "pip" in first.source, f"{name}: the first code cell does not install the library"
-    assert "hide-cell" in first.metadata.get("tags", [])
-    assert bk.stamp_install(nb, "devplace_lite @ git+https://example.org/x@v1")
+    assert first.source.strip() == OPENING, f"{name}: the first code cell is not the opening line"
+    assert not any(bk_nb.INSTALL_LINE.search(c.source) for c in nb.cells if c.cell_type == "code"), \
+        f"{name}: the source chapter has an install cell (the published notebooks get theirs from the book)"
+
+
+@pytest.mark.parametrize("name", NOTEBOOK_PAGES)
+def test_published_notebook_installs_the_library_first(name):
+    """Colab and Binder open the published notebook with nothing installed: its first code cell
+    installs the library from INSTALL_FROM (the project's repository), folded, and the chapter's
+    own opening comes right after it; stamping twice leaves one install cell."""
+    import jupytext
+
+    nb = jupytext.read(CHAPTERS / f"{name}.md")
+    n_cells = len(nb.cells)
+    for target in ("devplace_lite @ git+https://example.org/x@v0", "devplace_lite @ git+https://example.org/x@v1"):
+        bk.stamp_install(nb, target)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    first = code[0]
+    assert len(nb.cells) == n_cells + 1 and bk_nb.INSTALL_LINE.search(first.source) and "pip" in first.source
     assert 'INSTALL_FROM = "devplace_lite @ git+https://example.org/x@v1"' in first.source
+    assert "hide-cell" in first.metadata.get("tags", [])
+    assert code[1].source.strip() == OPENING
+    assert nb.cells.index(first) > 0 and nb.cells[0].source.startswith("# "), f"{name}: the install cell went before the title"
+
+
+def test_student_notebooks_install_the_library_first(tmp_path):
+    """The student edition's notebooks (handed out, opened in Colab) carry the install cell in
+    front; its MyST chapters, like the book's, do not."""
+    import jupytext
+
+    from devplace_lite.course.student import make_student
+
+    make_student(CHAPTERS, tmp_path / "edition")
+    for name in NOTEBOOK_PAGES:
+        handed = jupytext.read(tmp_path / "edition" / "notebooks" / f"{name}.ipynb")
+        first = next(c for c in handed.cells if c.cell_type == "code")
+        assert bk_nb.INSTALL_LINE.search(first.source) and f'INSTALL_FROM = "{bk_nb.DEFAULT_TARGET}"' in first.source, name
+        md = (tmp_path / "edition" / "chapters" / f"{name}.md").read_text(encoding="utf-8")
+        assert "INSTALL_FROM" not in md, name
 
 
 @pytest.mark.slow
@@ -322,7 +362,7 @@ def test_install_cell_installs_from_a_repository_url(tmp_path):
     bare = tmp_path / "stand-in.git"
     subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(bare)], check=True)
     nb = jupytext.read(CHAPTERS / "01_placement_problem.md")
-    assert bk.stamp_install(nb, bk.install_target(bare.as_uri(), head.stdout.strip()))
+    bk.stamp_install(nb, bk.install_target(bare.as_uri(), head.stdout.strip()))
     cell = next(c for c in nb.cells if c.cell_type == "code").source
     target = tmp_path / "site"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
@@ -333,7 +373,7 @@ def test_install_cell_installs_from_a_repository_url(tmp_path):
     r = subprocess.run([sys.executable, "-S", "-c", cell], env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert (target / "devplace_lite" / "graph.py").exists() and (target / "devplace_lite" / "book.py").exists()
+    assert (target / "devplace_lite" / "graph.py").exists() and (target / "devplace_lite" / "course" / "book.py").exists()
     dist = list(target.glob("devplace_lite-*.dist-info"))
     assert dist and "file://" in (dist[0] / "direct_url.json").read_text()
 

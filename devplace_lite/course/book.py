@@ -17,10 +17,10 @@ One path serves ``make notebooks``, ``make book``, ``make pdf`` and the rendered
 Two editions: the instructor's (solutions folded under each exercise, rubrics) and the
 student's (``--edition student``: `devplace_lite.course.student` takes solutions and rubrics out).
 
-The install cell of every chapter (the first code cell, tagged ``hide-cell``) installs the
-library on hosted notebooks (Colab, Binder) from ``INSTALL_FROM``; :func:`stamp_install` writes
-the project's repository there, from ``DEVPLACE_REPO_URL`` (the publishing workflow sets it) or
-the checkout's ``origin`` remote.
+Every executed notebook (the published ones are what Colab and Binder open) gets an install
+cell in front of its first code cell (folded, tagged ``hide-cell``; the source chapters have
+none): :func:`stamp_install` puts it there, installing the project's repository, from
+``DEVPLACE_REPO_URL`` (the publishing workflow sets it) or the checkout's ``origin`` remote.
 
 Usage::
 
@@ -50,6 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .checkout import checkout
+from .notebook import DEFAULT_TARGET, with_install_cell
 
 ROOT = checkout()  # the book is built from a clone of the project, wherever the package is installed
 CHAPTERS = ROOT / "chapters"
@@ -60,8 +61,6 @@ PDF = BUILD / "devplace_lite.pdf"
 STUDENT_SRC = BUILD / "student"
 #: Files of the chapters folder that the staged book needs besides the notebooks.
 PAGES_COPIED = ("_toc.yml", "*.bib", "_static")
-#: The install cell's line that names what to install; `stamp_install` rewrites it.
-INSTALL_LINE = re.compile(r'^INSTALL_FROM = .*$', re.M)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio"]
@@ -147,31 +146,27 @@ def install_target(url: str | None, ref: str | None = None) -> str:
     """What the install cell passes to pip: the repository at ``ref`` (a tag or branch) when one
     is known, else the package index's ``devplace_lite``."""
     if not url:
-        return "devplace_lite[torch]"
+        return DEFAULT_TARGET
     git = url if url.startswith("git+") else f"git+{url}"
     return f"devplace_lite[torch] @ {git}" + (f"@{ref}" if ref else "")
 
 
-def stamp_install(nb, target: str) -> bool:
-    """Write ``target`` into the notebook's install cell; True when the notebook has one."""
-    for cell in nb.cells:
-        if cell.cell_type == "code" and INSTALL_LINE.search(cell.source):
-            cell.source = INSTALL_LINE.sub(f"INSTALL_FROM = {json.dumps(target)}", cell.source)
-            return True
-    return False
+def stamp_install(nb, target: str):
+    """Put the install cell of ``target`` in front of the notebook's first code cell (once:
+    stamping again rewrites it); returns the cell."""
+    return with_install_cell(nb, target)
 
 
 def execute(md: Path, out: Path, env: dict, cwd: Path, target: str | None = None, timeout: int = 1800) -> str | None:
-    """Execute one chapter into ``out`` (its install cell stamped with ``target``); the error text,
-    or None when every cell ran."""
+    """Execute one chapter into ``out``, with the install cell of ``target`` (default: the
+    package index's release) in front; the error text, or None when every cell ran."""
     import jupytext
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     nb = jupytext.read(md)
-    if target:
-        stamp_install(nb, target)
+    stamp_install(nb, target or DEFAULT_TARGET)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
     error = None
     try:

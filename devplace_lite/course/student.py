@@ -15,7 +15,8 @@ Usage (``make student``)::
 
 writes ``OUT_DIR/chapters/`` (MyST ``.md`` notebooks, plus the book's other pages and
 configuration, so ``jupyter-book build OUT_DIR/chapters`` gives a student book) and
-``OUT_DIR/notebooks/`` (the same chapters as ``.ipynb``, to hand out or open in Colab).
+``OUT_DIR/notebooks/`` (the same chapters as ``.ipynb``, to hand out or open in Colab: these
+carry the install cell in front, `devplace_lite.course.notebook.with_install_cell`).
 Needs jupytext (the ``book`` or ``test`` extra).
 """
 
@@ -25,6 +26,8 @@ import ast
 import shutil
 import sys
 from pathlib import Path
+
+from .notebook import with_install_cell
 
 SOLUTION = "solution"
 CHAPTER_GLOB = "[0-9][0-9]_*.md"
@@ -121,6 +124,7 @@ def make_student(chapters: Path, out: Path) -> list[tuple[str, int, int]]:
         nb = jupytext.read(src)
         student, stubs, dropped = student_notebook(nb, names)
         jupytext.write(student, staging / "chapters" / src.name, fmt="md:myst")
+        with_install_cell(student)  # the handed-out notebook may be opened where nothing is installed
         jupytext.write(student, staging / "notebooks" / (src.stem + ".ipynb"), fmt="ipynb")
         report.append((src.stem, stubs, dropped))
     for pattern in PAGES:
