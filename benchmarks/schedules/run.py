@@ -52,9 +52,25 @@ def _load_avg() -> str:
         return "?"
 
 
+def measure(p, steps: int) -> dict[str, Any]:
+    """Run plan ``p`` under torchrun with its schedule; the forecast and what the run measured."""
+    from devplace_lite.pipeline.torchrun import launch
+
+    sim = p.simulation()
+    with tempfile.TemporaryDirectory(prefix="devplace-sched-") as tmp:
+        run = launch(p.write(tmp)["plan"], steps=steps, warmup=1, timeout=900)
+    return {"stages": p.num_stages, "ranks": p.ranks, "split_points": p.split_points,
+            "forecast_step_ms": sim.step_ms, "forecast_rank_peak_bytes": sim.rank_peak_bytes,
+            "forecast_events": [[r, a.kind, a.stage, a.microbatch, s, e] for r, a, s, e in sim.events],
+            "forecast_stage_cpu_ms": p.compute_ms, "measured_stage_cpu_ms": run["stage_cpu_ms"],
+            "measured_replay_ms": run["step_cpu_replay_ms"], "wall_step_ms": run["step_ms"],
+            "wall_steps_ms": run["steps_ms"], "measured_peak_bytes": run["peak_memory"],
+            "measured_events": run["events"], "time_ratio": sim.step_ms / run["step_cpu_replay_ms"],
+            "memory_ratios": [f / m for f, m in zip(sim.rank_peak_bytes, run["peak_memory"])]}
+
+
 def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
     from devplace_lite.pipeline.planner import plan_graph, segment_profile
-    from devplace_lite.pipeline.torchrun import launch
     from devplace_lite.zoo import external, load
 
     spec = f"devplace_lite.zoo.external:{name}"
@@ -67,18 +83,7 @@ def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
         try:
             p = plan_graph(graph, k=K, microbatches=MICRO, schedule=sched, batch=BATCH, time_limit=10)
             p.model_spec = spec
-            sim = p.simulation()
-            with tempfile.TemporaryDirectory(prefix="devplace-sched-") as tmp:
-                run = launch(p.write(tmp)["plan"], steps=steps, warmup=1, timeout=900)
-            row.update(stages=p.num_stages, ranks=p.ranks, search=p.search.to_json(), split_points=p.split_points,
-                       forecast_step_ms=sim.step_ms, forecast_rank_peak_bytes=sim.rank_peak_bytes,
-                       forecast_events=[[r, a.kind, a.stage, a.microbatch, s, e] for r, a, s, e in sim.events],
-                       forecast_stage_cpu_ms=p.compute_ms, measured_stage_cpu_ms=run["stage_cpu_ms"],
-                       measured_replay_ms=run["step_cpu_replay_ms"], wall_step_ms=run["step_ms"],
-                       wall_steps_ms=run["steps_ms"], measured_peak_bytes=run["peak_memory"],
-                       measured_events=run["events"])
-            row["time_ratio"] = sim.step_ms / run["step_cpu_replay_ms"]
-            row["memory_ratios"] = [f / m for f, m in zip(sim.rank_peak_bytes, run["peak_memory"])]
+            row.update(search=p.search.to_json(), **measure(p, steps))
         except Exception as e:  # a failed case is a row that says why, not a lost benchmark
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         row["load_after"] = _load_avg()
