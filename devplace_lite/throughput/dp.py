@@ -80,7 +80,7 @@ from ..cost import evaluate
 from ..devices import Cluster
 from ..errors import LimitError
 from ..graph import Graph
-from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
+from .ideals import Ideals, enumerate_ideals
 from ..methods import scalable
 from ..progress import Progress
 from ..result import Result, no_feasible_status
@@ -595,13 +595,14 @@ DP_UNITS = 10_000
 
 
 def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
-       limit: int = DEFAULT_LIMIT, prune: bool = True) -> Result:
+       limit: int | None = None, prune: bool = True) -> Result:
     """The optimal chain-of-ideals split (module docstring: problem, speed-ups, exactness).
 
     Status ``"optimal"`` with ``bound == objective``; ``"infeasible"`` when no chain split
     fits (memory caps, unsupported nodes); ``"time_limit"`` with the linear split as the
     incumbent and a proven lower bound when ``time_limit`` seconds pass first. Raises
-    `LimitError` when the graph has more than ``limit`` ideals or is too large for its first
+    `LimitError` when the graph has more than ``limit`` ideals (default: the entry's reach,
+    `devplace_lite.methods.PARTITION` ``dp``) or is too large for its first
     upper bound (`DP_UNITS`: the slicer's table). ``prune=False`` visits every
     nested pair (the plain recurrence, for comparison); ``extra["pairs"]`` counts them.
     """

@@ -84,6 +84,7 @@ from ..devices import Cluster
 from ..errors import DevplaceError, LimitError, UsageError
 from ..graph import Graph
 from ..result import Result
+from ..methods import PARTITION
 from ..units import UnitGraph, order_vertices, unit_graph
 from ..units import order_edges as _order_edges
 from ..mip.solve import LinearModel, Solution, check_solver, solve
@@ -534,11 +535,6 @@ def _pick_start(data: UnitData, kind: str, warm_start, symmetry: bool, budget: f
     return name, a
 
 
-#: Largest ``units x devices`` for which `throughput_ip` builds its model (the published workloads
-#: need at most about 7,000; 20,000 nodes on 5 devices took minutes and GBs to build).
-MAX_BINARIES = 20_000
-
-
 # -- the method ------------------------------------------------------------------------------------
 def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, solver: str = "scip",
                   time_limit: float | None = None, gap: float = 0.0, seed: int = 0, threads: int = 1,
@@ -587,17 +583,16 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         extra["reason"] = f"node {v} fits on no device (memory, support or CPU time)"
         return Result(method, graph, cluster, None, None, "infeasible", time.perf_counter() - t0, extra=extra)
     budget = 10.0 if time_limit is None else 0.2 * time_limit  # for the DP's warm start
-    binaries = data.U * cluster.size
-    if binaries > MAX_BINARIES:  # the model alone would take minutes and gigabytes to build
-        why = (f"{binaries:,} unit-device binaries, more than {MAX_BINARIES:,}: the integer program is not "
+    binaries, reach = data.U * cluster.size, PARTITION[method].reach
+    if binaries > reach.limit:  # the model alone would take minutes and gigabytes to build
+        why = (f"{binaries:,} unit-device binaries, more than {reach.limit:,}: the integer program is not "
                f"built for graphs this large")
         if time_limit is not None and isinstance(warm_start, str) and warm_start == "auto":
             from .baselines import balance_by_time, single_device  # one linear-time start, not every one
             warm_start = (balance_by_time if cluster.k else single_device)(graph, cluster)
         start = None if time_limit is None else _pick_start(data, kind, warm_start, symmetry, budget)
         if time_limit is None or start is None:
-            raise LimitError(f"graph {graph.name}: {why}; give --time-limit to get the best warm start "
-                             f"with a bound, or use a method that scales (time, greedy, topo-fill, kl, local-search)")
+            raise LimitError(f"graph {graph.name}: {why}; {reach.advice()}")
         extra.update(reason=why, warm_start=start[0])
         return Result(method, graph, cluster, start[1], float(evaluate(graph, cluster, start[1]).max_load),
                       "time_limit", time.perf_counter() - t0, bound=data.lower_bound(), extra=extra)
