@@ -182,7 +182,7 @@ LATENCY: dict[str, Method] = {
                  "the latency integer program, warm-started from every split we know", reach=_REACH_TABLE),
     "greedy": Method("single_sample.search:greedy_latency", "latency", "contiguous", False, "polynomial",
                      "the authors' greedy: pack consecutive blocks while memory lasts"),
-    "local-search": Method("single_sample.search:local_search", "latency", "contiguous", False, "anytime",
+    "local-search": Method("single_sample.search:latency_local_search", "latency", "contiguous", False, "anytime",
                            "moves of stage boundaries from the best split known"),
 }
 

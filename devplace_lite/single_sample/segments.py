@@ -471,7 +471,9 @@ def articulation_units(graph: Graph, cluster: Cluster) -> np.ndarray:
     if graph.n == 0:
         return np.zeros(0, dtype=np.int64)
     core = main_core(graph)
-    core = np.arange(graph.n) if core is None else core
+    # no core (one source and one sink), or an empty one (the chosen source reaches no chosen
+    # sink: disconnected pieces): the chain runs through the whole graph
+    core = np.arange(graph.n) if core is None or not len(core) else core
     a = _augment(graph.subgraph(core), cluster, LEVELS)
     chain, R = _chain(a)
     m = len(core)
