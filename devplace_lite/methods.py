@@ -26,11 +26,17 @@ more than it needs and never torch) and the contract it keeps:
 * ``seeds_latency``: its split is one of the starts of the latency search
   (`devplace_lite.single_sample.search`);
 * ``progress`` (bounds): it reports each bound it raises through ``on_progress`` as it goes, so
-  that a call stopped midway keeps what its finished steps proved.
+  that a call stopped midway keeps what its finished steps proved;
+* ``yardstick``: the learned placers of `devplace_lite.rl.compare` are measured against it;
+* ``reach`` (`Reach`): the largest input it takes (``limit`` units, nodes, ideals or binaries)
+  and what a caller does past it; the code that enforces a reach reads it from the entry, so the
+  entry is the one place the number lives.
 
 The functions: ``PARTITION`` and ``LATENCY``: ``f(graph, cluster, *, time_limit=None, seed=0)
 -> Result``; ``BOUND``: ``f(graph, cluster, *, time_limit=None, on_progress=None) -> Bound``;
-``LATENCY_BOUND``: the same with ``q`` (calls per accelerator) and ``upper`` (a known latency).
+``LATENCY_BOUND``: the same with ``q`` (calls per accelerator) and ``upper`` (a known latency);
+``PARALLELIZE`` (Piper's model, `devplace_lite.multidim`): ``f(model, *, time_limit=None,
+progress=None) -> multidim.Result`` for an anytime method, ``f(model)`` for a polynomial one.
 `devplace_lite.solve` runs them under a budget, certifies and settles the status: that is the
 front door the library, the CLI and the chapters use.
 
@@ -52,9 +58,25 @@ from typing import Any, Callable
 
 from .errors import UsageError
 
-PROBLEMS = ("throughput", "latency", "bound")
+PROBLEMS = ("throughput", "latency", "bound", "parallelize")
 SPLITS = ("chain", "contiguous", "any")
 LIMITS = ("anytime", "polynomial")
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The largest input a method takes: at most ``limit`` of ``what`` (``units``, ``nodes``,
+    ``ideals``, ``binaries``: unit-device pairs), and ``past``: what the method does, or what a
+    caller should do, past it (the end of its `LimitError` message; ``{scalable}`` stands for
+    `scalable`)."""
+
+    what: str
+    limit: int
+    past: str
+
+    def advice(self) -> str:
+        """``past`` with the scalable methods named."""
+        return self.past.replace("{scalable}", scalable())
 
 
 @dataclass(frozen=True)
@@ -70,6 +92,8 @@ class Method:
     scales: bool = False
     seeds_latency: bool = False
     progress: bool = False
+    yardstick: bool = False
+    reach: Reach | None = None
 
     def __post_init__(self) -> None:
         if self.problem not in PROBLEMS or self.split not in SPLITS or self.limit not in LIMITS:
@@ -78,7 +102,7 @@ class Method:
     @property
     def certificate(self) -> str | None:
         """The bound family behind an answer (`BOUND_FAMILIES`); None for a bound."""
-        if self.problem == "bound":
+        if self.problem in ("bound", "parallelize"):
             return None
         if self.problem == "latency":
             return "latency"
@@ -90,13 +114,27 @@ class Method:
         return getattr(importlib.import_module(f"devplace_lite.{module}"), func)
 
 
-def _throughput(target: str, split: str, exact: bool, limit: str, summary: str, **facts: bool) -> Method:
+def _throughput(target: str, split: str, exact: bool, limit: str, summary: str, **facts: Any) -> Method:
     return Method(target, "throughput", split, exact, limit, summary, **facts)
+
+
+#: The DP's states: ideals past this many are refused (memory grows about ``U/8 + 150`` bytes each).
+_IDEALS = Reach("ideals", 1_000_000, "raise the limit or use a method that needs no ideals ({scalable})")
+#: The integer programs: unit-device binaries past which the model would take minutes and GBs to
+#: build (the published workloads need at most about 7,000; 20,000 nodes on 5 devices took minutes).
+_BINARIES = Reach("binaries", 20_000, "give --time-limit to get the best warm start with a bound, or use a "
+                                      "method that scales ({scalable})")
+#: The MIP bounds build models of ``2U`` binaries and more before any time limit acts, and the
+#: reach bound keeps a ``U x U`` ancestor table.
+_MIP_BOUNDS = Reach("nodes", 5_000, "use --method combinatorial or best (which falls back to it)")
+#: The latency methods and bounds keep an ``n x n`` reachability table, and the latency bounds
+#: dense ``n x n`` float products behind it (3.4 GB at 10,000 nodes).
+_REACH_TABLE = Reach("nodes", 3_000, "the latency methods and bounds keep an n x n reachability table")
 
 
 PARTITION: dict[str, Method] = {
     "single": _throughput("throughput.baselines:single_device", "chain", False, "polynomial", "everything on one accelerator",
-                          seeds_latency=True),
+                          seeds_latency=True, yardstick=True),
     "uniform": _throughput("throughput.baselines:uniform", "chain", False, "polynomial", "equal numbers of units per stage",
                            seeds_latency=True),
     "parameters": _throughput("throughput.baselines:balance_by_parameters", "chain", False, "polynomial",
@@ -112,7 +150,7 @@ PARTITION: dict[str, Method] = {
     "exhaustive": _throughput("throughput.baselines:exhaustive_chain", "chain", True, "anytime",
                               "every placement of the units (tiny graphs)"),
     "dp": _throughput("throughput.dp:dp", "chain", True, "anytime", "the exact DP over ideals",
-                      seeds_latency=True),
+                      seeds_latency=True, yardstick=True, reach=_IDEALS),
     "linear": _throughput("throughput.dp:linear", "chain", False, "polynomial", "the best slicing of one topological order",
                           seeds_latency=True),
     "pipedream": _throughput("throughput.dp:pipedream", "chain", False, "polynomial", "PipeDream's planner on one order",
@@ -122,29 +160,29 @@ PARTITION: dict[str, Method] = {
                       scales=True),
     "etf": _throughput("throughput.heuristics.list_scheduling:etf", "any", False, "polynomial",
                        "earliest-task-first list scheduling",
-                       scales=True),
+                       scales=True, yardstick=True),
     "heft": _throughput("throughput.heuristics.list_scheduling:heft", "any", False, "polynomial", "HEFT list scheduling",
-                        scales=True, seeds_latency=True),
+                        scales=True, seeds_latency=True, yardstick=True),
     "topo-fill": _throughput("throughput.heuristics.topo_fill:topo_fill", "chain", False, "polynomial",
                              "one pass in topological order towards equal shares",
-                             scales=True, seeds_latency=True),
+                             scales=True, seeds_latency=True, yardstick=True),
     "local-search": _throughput("throughput.heuristics.local_search:local_search_method", "chain", False, "anytime",
                                 "moves and swaps of boundary blocks from the balanced cut",
                                 scales=True),
     "brkga": _throughput("throughput.brkga:brkga", "chain", False, "anytime", "genetic search over orders, each sliced"),
-    "ip": _throughput("throughput.ip:ip_chain", "chain", True, "anytime", "the chain integer program"),
+    "ip": _throughput("throughput.ip:ip_chain", "chain", True, "anytime", "the chain integer program", reach=_BINARIES),
     "ip-contig": _throughput("throughput.ip:ip_contiguous", "contiguous", True, "anytime",
-                             "the contiguous integer program"),
+                             "the contiguous integer program", reach=_BINARIES),
     "ip-noncontig": _throughput("throughput.ip:ip_noncontiguous", "any", True, "anytime",
-                                "the integer program over every placement"),
+                                "the integer program over every placement", reach=_BINARIES),
 }
 
 LATENCY: dict[str, Method] = {
     "ip": Method("single_sample.ip:ip", "latency", "contiguous", True, "anytime",
-                 "the latency integer program, warm-started from every split we know"),
+                 "the latency integer program, warm-started from every split we know", reach=_REACH_TABLE),
     "greedy": Method("single_sample.search:greedy_latency", "latency", "contiguous", False, "polynomial",
                      "the authors' greedy: pack consecutive blocks while memory lasts"),
-    "local-search": Method("single_sample.search:local_search", "latency", "contiguous", False, "anytime",
+    "local-search": Method("single_sample.search:latency_local_search", "latency", "contiguous", False, "anytime",
                            "moves of stage boundaries from the best split known"),
 }
 
@@ -152,21 +190,36 @@ BOUND: dict[str, Method] = {
     "combinatorial": Method("throughput.bounds.combinatorial:combinatorial_bound", "bound", "any", False, "polynomial",
                             "neighbourhood and knapsack bounds"),
     "stage-relax": Method("throughput.bounds:stage_relax", "bound", "chain", False, "anytime",
-                          "one stage modelled exactly, maximised over the stage"),
-    "pinned": Method("throughput.bounds:pinned", "bound", "chain", False, "anytime", "the least load of a stage holding a unit"),
-    "reach": Method("throughput.bounds:reach", "bound", "chain", False, "anytime", "how much work s stages of load T cover"),
+                          "one stage modelled exactly, maximised over the stage", reach=_MIP_BOUNDS),
+    "pinned": Method("throughput.bounds:pinned", "bound", "chain", False, "anytime", "the least load of a stage holding a unit",
+                     reach=_MIP_BOUNDS),
+    "reach": Method("throughput.bounds:reach", "bound", "chain", False, "anytime", "how much work s stages of load T cover",
+                    reach=_MIP_BOUNDS),
     "exact-mip": Method("throughput.bounds:exact_mip", "bound", "chain", True, "anytime",
-                        "the dual bound of the exact ordered-stage MIP"),
+                        "the dual bound of the exact ordered-stage MIP", reach=_MIP_BOUNDS),
     "best": Method("throughput.bounds.best:best_bound", "bound", "chain", True, "anytime",
-                   "the above and the exact DP within a budget", progress=True),
+                   "the above and the exact DP within a budget", progress=True,
+                   reach=Reach(_MIP_BOUNDS.what, _MIP_BOUNDS.limit, "the MIP steps (2, 3, 5-7) are skipped: "
+                                                                    "the DP has the whole budget")),
 }
-
-
 
 LATENCY_BOUND: dict[str, Method] = {
     "best": Method("single_sample.segments:best_latency_bound", "bound", "any", False, "anytime",
                    "critical path and work, the path and interval programs, then the segment bound",
-                   progress=True),
+                   progress=True, reach=_REACH_TABLE),
+}
+
+PARALLELIZE: dict[str, Method] = {
+    "exact": Method("multidim:plan_optimal", "parallelize", "chain", True, "anytime",
+                    "the DP over ideals with an exact knapsack per stage"),
+    "piper": Method("multidim:plan_piper", "parallelize", "chain", False, "anytime",
+                    "the same DP with Piper's greedy knapsack rule (what its program computes)"),
+    "pipeline": Method("multidim.baselines:pipeline_only", "parallelize", "chain", False, "polynomial",
+                       "pipeline parallelism only (d = t = 1)"),
+    "data": Method("multidim.baselines:data_only", "parallelize", "chain", False, "polynomial",
+                   "data parallelism only (one stage, t = 1)"),
+    "equal": Method("multidim.baselines:equal_stages", "parallelize", "chain", False, "polynomial",
+                    "equal stages with one d and t (PipeDream-2BW's style)"),
 }
 
 
@@ -202,6 +255,11 @@ def resolve(registry: dict[str, Method], name: str, what: str = "method") -> Cal
 def scalable() -> str:
     """The partition methods that answer on a million-node graph, for a `LimitError` to name."""
     return ", ".join(name for name, m in PARTITION.items() if m.scales)
+
+
+def yardsticks() -> list[str]:
+    """The partition methods a learned placer is measured against (`devplace_lite.rl.compare`)."""
+    return [name for name, m in PARTITION.items() if m.yardstick]
 
 
 def latency_starts() -> list[str]:

@@ -40,7 +40,14 @@ hypergraph*: producer ``p`` gives the unit set ``{unit(p)} ∪ {unit(w) : p -> w
 accelerator holding the units ``S`` pays ``c(p)`` exactly when that set meets both ``S`` and its
 complement. Producers with equal unit sets are merged by adding their costs.
 
-Complexity: ``O((n + m) log n)`` to build; the hypergraph ``O(n + m)`` more.
+`UnitGraph.on` (or `cluster_units`, which also folds what a cluster makes free) gives the one
+per-cluster view every method family reads, `UnitCosts`: each unit's time on an accelerator and
+on a CPU core, its memory, where it may run (device type, memory cap, and an optional cap on a
+unit's time from a known answer) and the device it is pinned to. The bounds, the integer
+programs, the heuristics, the slicer, the DP and the latency search all take their costs from it.
+
+Complexity: ``O((n + m) log n)`` to build; the hypergraph ``O(n + m)`` more; a `UnitCosts`
+``O(U D)`` at most (``allowed``).
 
 Example
 -------
@@ -63,12 +70,14 @@ program ``throughput-dp/dp.cpp`` (msr-fiddle/dnn-partitioning), whose model this
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
 from .dag import strong_components, topological_order
+from .devices import Cluster
 from .graph import Graph
 
 
@@ -360,9 +369,143 @@ class UnitGraph:
         crossing = (count > 0) & (count < np.diff(hp))
         return float(self.pa[inside].sum() + cost[crossing].sum())
 
+    # -- placements ------------------------------------------------------------------------
+    def unit_devices(self, assignment: np.ndarray) -> np.ndarray:
+        """The device of each unit under a node ``assignment`` that keeps units whole."""
+        dev = np.empty(self.size, dtype=np.int64)
+        dev[self.unit] = assignment
+        return dev
 
-def pipeline_units(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, follow)``: the units of `unit_graph` in their topological numbering and the
-    unit of each node; cutting ``order`` into consecutive blocks gives a chain split."""
-    units = unit_graph(graph)
-    return np.arange(units.size, dtype=np.int64), units.unit
+    @cached_property
+    def first_order(self) -> np.ndarray:
+        """The units by their first node in the graph's topological order, forward nodes before
+        backward ones (the order of an unordered unit graph, ``chain=False``)."""
+        g = self.graph
+        pos = np.empty(g.n, dtype=np.int64)
+        pos[g.topological_order()] = np.arange(g.n)
+        key = pos + g.n * g.backward.astype(np.int64)
+        first = np.full(self.size, np.iinfo(np.int64).max)
+        np.minimum.at(first, self.unit, key)
+        return np.argsort(first, kind="stable")
+
+    def on(self, cluster: Cluster, cap: float = math.inf) -> "UnitCosts":
+        """These units seen on ``cluster`` (`UnitCosts`); ``cap``: a known upper bound on the
+        optimum, past which a unit's time rules a device type out."""
+        return UnitCosts(self, cluster, cap)
+
+
+def cluster_units(graph: Graph, cluster: Cluster, chain: bool = True) -> "UnitCosts":
+    """The units of ``graph`` with the free leaves that ``cluster`` makes free folded in (no time,
+    no CPU time when it has cores, no memory when memory is capped: moving such a leaf beside its
+    only neighbour changes no load and no optimum), seen on ``cluster``."""
+    free = free_nodes(graph, memory=math.isfinite(cluster.memory), cpu=cluster.l > 0)
+    return unit_graph(graph, fold=free, chain=chain).on(cluster)
+
+
+@dataclass(frozen=True, eq=False)
+class UnitCosts:
+    """A unit graph on a cluster: what each unit costs where, and where it may run.
+
+    ``units`` (the `UnitGraph`), ``cluster``, ``cap`` (a known upper bound on the optimum: a unit
+    whose time on a device type exceeds it cannot sit there in any answer as good; ``inf`` when
+    none). Per unit: ``pa``, ``pc`` (CPU time, 0 where a node has none), ``mem``;
+    ``acc_supported`` (every node runs on an accelerator, the cluster has one, within ``cap``),
+    ``acc_ok`` (that, and the unit's memory fits one accelerator), ``cpu_ok`` (the cluster has
+    cores, every node has a CPU time, within ``cap``); ``acc_time`` and ``cpu_time`` (``pa`` and
+    ``pc``, ``inf`` where a node cannot run on that device type); ``allowed[u, d]`` per device,
+    ``pinned`` (the device a unit must use, or -1).
+
+    Examples
+    --------
+    >>> from devplace_lite.graph import Graph, Node
+    >>> g = Graph([Node("a", p_acc=1, p_cpu=4, memory=3), Node("b", p_acc=2, supported=False, p_cpu=5)],
+    ...           [("a", "b")])
+    >>> c = unit_graph(g).on(Cluster(accelerators=2, cpus=1, memory=2))
+    >>> c.acc_supported.tolist(), c.acc_ok.tolist(), c.acc_time.tolist(), c.pinned.tolist()
+    ([True, False], [False, False], [1.0, inf], [-1, 2])
+    """
+
+    units: UnitGraph
+    cluster: Cluster
+    cap: float = math.inf
+
+    @property
+    def graph(self) -> Graph:
+        return self.units.graph
+
+    @property
+    def unit(self) -> np.ndarray:
+        return self.units.unit
+
+    @property
+    def U(self) -> int:
+        return self.units.size
+
+    @property
+    def pa(self) -> np.ndarray:
+        return self.units.pa
+
+    @property
+    def pc(self) -> np.ndarray:
+        return self.units.pc
+
+    @property
+    def mem(self) -> np.ndarray:
+        return self.units.mem
+
+    @cached_property
+    def acc_supported(self) -> np.ndarray:
+        return ~self.units.bad_acc & (self.cluster.k > 0) & ~(self.pa > self.cap)
+
+    @cached_property
+    def acc_ok(self) -> np.ndarray:
+        return self.acc_supported & (self.mem <= self.cluster.memory)
+
+    @cached_property
+    def cpu_ok(self) -> np.ndarray:
+        return ~self.units.bad_cpu & (self.cluster.l > 0) & ~(self.pc > self.cap)
+
+    @cached_property
+    def acc_time(self) -> np.ndarray:
+        """``pa``, ``inf`` where a node of the unit runs on no accelerator (the device type's own
+        fact: whether this cluster has accelerators, and room, is ``acc_ok``)."""
+        return np.where(self.units.bad_acc, np.inf, self.pa)
+
+    @cached_property
+    def cpu_time(self) -> np.ndarray:
+        """``pc``, ``inf`` where a node of the unit has no CPU time (whether this cluster has
+        cores is ``cpu_ok``)."""
+        return np.where(self.units.bad_cpu, np.inf, self.pc)
+
+    @cached_property
+    def allowed(self) -> np.ndarray:
+        """``allowed[u, d]``: unit ``u`` may run on device ``d`` (type, memory, ``cap``)."""
+        k = self.cluster.k
+        a = np.zeros((self.U, self.cluster.size), dtype=bool)
+        a[:, :k] = self.acc_ok[:, None]
+        a[:, k:] = self.cpu_ok[:, None]
+        return a
+
+    @cached_property
+    def pinned(self) -> np.ndarray:
+        """-1 for a unit free to go anywhere, else the device it must use: ``cpu0`` when some
+        node of it cannot run on an accelerator (a cluster without CPU cores keeps it on
+        ``acc0``, where the evaluator reports the violation); nothing is pinned without
+        accelerators."""
+        out = np.full(self.U, -1, dtype=np.int64)
+        if self.cluster.k:
+            out[self.units.bad_acc] = self.cluster.k if self.cluster.l else 0
+        return out
+
+    @cached_property
+    def memory_binds(self) -> bool:
+        """Whether a memory cap can ever bind (the units' memory passes it)."""
+        return math.isfinite(self.cluster.memory) and self.mem.sum() > self.cluster.memory
+
+    def lower_bound(self) -> float:
+        """max(largest unit, total work / devices), each unit at its cheapest supported device
+        (0 when some unit has none)."""
+        cheapest = np.minimum(np.where(self.acc_supported, self.pa, np.inf), np.where(self.cpu_ok, self.pc, np.inf))
+        if not len(cheapest) or not np.all(np.isfinite(cheapest)):
+            return 0.0
+        return float(max(cheapest.max(), cheapest.sum() / self.cluster.size))

@@ -56,3 +56,16 @@ def bwrap() -> str:
     except SandboxUnavailable as e:
         pytest.skip(str(e))
     return found
+
+
+@pytest.fixture
+def reach(monkeypatch):
+    """``reach(registry, name, limit)``: the registry entry's reach made ``limit`` for one test
+    (the code that enforces a reach reads it from the entry, `devplace_lite.methods.Reach`)."""
+    from dataclasses import replace
+
+    def shrink(registry: dict, name: str, limit: int) -> None:
+        entry = registry[name]
+        monkeypatch.setitem(registry, name, replace(entry, reach=replace(entry.reach, limit=limit)))
+
+    return shrink

@@ -151,8 +151,8 @@ def test_a_latency_answer_carries_a_certifying_bound(capsys, tmp_path):
     assert code == 0 and json.loads(out)["bound"] is None
 
 
-def test_a_latency_bound_past_the_reachability_limit_keeps_the_cheap_bounds(capsys, tmp_path, monkeypatch):
-    from devplace_lite.single_sample import model as latency_model
+def test_a_latency_bound_past_the_reachability_limit_keeps_the_cheap_bounds(capsys, tmp_path, reach):
+    from devplace_lite.methods import LATENCY_BOUND
     from devplace_lite.single_sample.bounds import critical_path_bound, latency_bound, work_bound
     from devplace_lite.devices import Cluster
 
@@ -162,7 +162,7 @@ def test_a_latency_bound_past_the_reachability_limit_keeps_the_cheap_bounds(caps
     c = Cluster(accelerators=2, cpus=1)
     cheap = max(critical_path_bound(g, c), work_bound(g, c))
     assert latency_bound(g, c)[0] > cheap * 1.01  # so the answer below shows the path program was left out
-    monkeypatch.setattr(latency_model, "REACH_NODES", 10)  # the path program refuses; greedy still answers
+    reach(LATENCY_BOUND, "best", 10)  # the path program refuses; greedy still answers
     code, out, err = run(capsys, "latency", p, "--method", "greedy", "-k", 2, "--cpus", 1, "--json")
     ans = json.loads(out)
     assert code == 0, err

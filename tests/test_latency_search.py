@@ -23,7 +23,8 @@ from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, Node
 from devplace_lite.io import load_graph, save_graph
 from devplace_lite.single_sample.model import call_latency, evaluate_latency, latency_of, reentry_pieces
-from devplace_lite.single_sample.search import Blocks, fit_calls, greedy_latency, improve, local_search, order_split, start_splits
+from devplace_lite.single_sample.search import (fit_calls, greedy_latency, improve, latency_local_search, order_split,
+                                                start_splits, unit_orders)
 from devplace_lite.single_sample.ip import latency_ip
 
 FAMILIES = ["layered", "series_parallel", "skip_chain", "cells", "random"]
@@ -52,7 +53,7 @@ def test_order_split_is_exact_on_a_chain():
                       comm=float(rng.integers(0, 4)) / 2, memory=float(rng.integers(1, 3))) for i in range(n)]
         g = Graph(nodes, [(f"v{i}", f"v{i + 1}") for i in range(n - 1)])
         c = Cluster(2, 1, memory=float(rng.integers(3, 6)))
-        blocks = Blocks(g, c)
+        blocks = unit_orders(g, c)
         a, value = order_split(blocks, blocks.orders()["topological"])
         assert one_call_each(g, c, a)
         assert call_latency(g, c, a) == pytest.approx(value)
@@ -63,7 +64,7 @@ def test_order_split_value_bounds_its_latency_from_above():
     for seed in range(6):
         g = generate(FAMILIES[seed % 5], 30, seed=seed)
         c = Cluster(4, 1, memory=float(g.memory.sum()) / 3)
-        blocks = Blocks(g, c)
+        blocks = unit_orders(g, c)
         for name, order in blocks.orders().items():
             a, value = order_split(blocks, order)
             if math.isfinite(value):
@@ -76,7 +77,7 @@ def test_order_split_value_bounds_its_latency_from_above():
 def test_local_search_is_a_feasible_split_never_below_the_optimum(inst):
     g, c = inst
     truth = brute_latency(g, c)
-    r = local_search(g, c, seed=1)
+    r = latency_local_search(g, c, seed=1)
     if r.status in ("infeasible", "unknown"):  # infeasible only with a proof
         assert r.assignment is None and (r.status == "unknown" or not math.isfinite(truth))
         return
@@ -153,7 +154,7 @@ def test_call_latency_rejects_splits_that_are_not_one_convex_call_each():
 
 
 def test_local_search_is_registered_and_runs_from_the_cli(tmp_path, capsys):
-    assert methods.resolve(methods.LATENCY, "local-search") is local_search
+    assert methods.resolve(methods.LATENCY, "local-search") is latency_local_search
     g = generate("cells", 16, seed=3)
     path = tmp_path / "g.json"
     save_graph(g, path)
@@ -168,7 +169,7 @@ def test_local_search_is_registered_and_runs_from_the_cli(tmp_path, capsys):
 
 def test_infeasible_instance_gives_no_split():
     g = Graph([Node("a", p_acc=1.0, memory=5.0)], [])
-    r = local_search(g, Cluster(1, 0, memory=1.0))
+    r = latency_local_search(g, Cluster(1, 0, memory=1.0))
     assert r.status == "infeasible" and r.assignment is None
 
 
@@ -195,7 +196,7 @@ def test_training_graphs_are_searched(family):
     raised networkx's NetworkXUnfeasible (a traceback from `devplace latency`)."""
     g = generate(family, 40, seed=0, training=True)
     c = Cluster(3, 1)
-    r = local_search(g, c, time_limit=2.0)
+    r = latency_local_search(g, c, time_limit=2.0)
     assert r.assignment is not None and r.status in ("feasible", "optimal")
     assert evaluate_latency(g, c, r.assignment).latency == pytest.approx(r.objective)
 
@@ -212,11 +213,11 @@ def test_a_cpu_branch_moves_whole_to_an_idle_accelerator():
     c = Cluster(3, 1, memory=4.0)
     a = np.array([0, 3, 3, 1])
     assert call_latency(g, c, a) == pytest.approx(25.0)
-    blocks = Blocks(g, c)
+    blocks = unit_orders(g, c)
     moves = search_mod._moves(blocks, a, np.random.default_rng(0))
     runs = [m for m in moves if m[0] == "run"]
-    assert runs == [("run", (int(blocks.of[1]), int(blocks.of[2])), 2)]
-    singles = [search_mod._apply(blocks, a, ("block", int(blocks.of[v]), 2)) for v in (1, 2)]
+    assert runs == [("run", (int(blocks.unit[1]), int(blocks.unit[2])), 2)]
+    singles = [search_mod._apply(blocks, a, ("block", int(blocks.unit[v]), 2)) for v in (1, 2)]
     assert all(call_latency(g, c, b) == pytest.approx(29.0) for b in singles)
     assert call_latency(g, c, search_mod._apply(blocks, a, runs[0])) == pytest.approx(9.0)
     assert call_latency(g, c, a) >= brute_latency(g, c) == pytest.approx(9.0)

@@ -207,15 +207,15 @@ def test_docstring_examples_run():
     assert result.attempted > 0 and result.failed == 0
 
 
-def test_segment_bound_and_the_articulation_start_refuse_graphs_past_the_table_limit(monkeypatch):
-    """Both keep an n x n reachability table: past `REACH_NODES` they refuse before allocating it,
+def test_segment_bound_and_the_articulation_start_refuse_graphs_past_the_table_limit(reach):
+    """Both keep an n x n reachability table: past the reach of the latency bounds they refuse before allocating it,
     and the latency search's starts go on without the articulation ones."""
-    from devplace_lite.single_sample import model as latency_model
     from devplace_lite.errors import LimitError
+    from devplace_lite.methods import LATENCY_BOUND
     from devplace_lite.single_sample.search import start_splits
 
     g, c = _block()
-    monkeypatch.setattr(latency_model, "REACH_NODES", 4)
+    reach(LATENCY_BOUND, "best", 4)
     with pytest.raises(LimitError):
         segment_bound(g, c)
     with pytest.raises(LimitError):

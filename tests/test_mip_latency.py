@@ -15,7 +15,7 @@ from devplace_lite.io import save_graph
 from devplace_lite.single_sample.model import evaluate_latency, exhaustive_latency, latency_of, reentry_pieces
 from devplace_lite.single_sample.search import greedy_latency, unit_blocks
 from devplace_lite.single_sample.ip import _LatencyModel, latency_ip
-from devplace_lite.throughput.ip import UnitData
+from devplace_lite.units import unit_graph
 
 FAMILIES = ["layered", "series_parallel", "skip_chain", "cells", "random"]
 
@@ -93,7 +93,7 @@ def test_every_convex_split_is_a_model_point_with_its_latency():
     c = Cluster(2, 1)
     rng = np.random.default_rng(0)
     for q in (1, 2):
-        form = _LatencyModel(UnitData(g, c), q, big_m=1e4, symmetry=False)
+        form = _LatencyModel(unit_graph(g, chain=False).on(c), q, big_m=1e4, symmetry=False)
         tried = 0
         for _ in range(200):
             a = rng.integers(0, c.size, g.n)

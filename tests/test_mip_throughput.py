@@ -17,7 +17,8 @@ from devplace_lite.throughput.exhaustive import exhaustive
 from devplace_lite.generators import generate, with_backward
 from devplace_lite.graph import Graph, Node
 from devplace_lite.io import load_graph, save_graph
-from devplace_lite.throughput.ip import UnitData, _DeviceModel, _StageModel, throughput_ip
+from devplace_lite.throughput.ip import _DeviceModel, _StageModel, throughput_ip
+from devplace_lite.units import unit_graph
 
 FAMILIES = ["layered", "series_parallel", "skip_chain", "cells", "random"]
 EXHAUSTIVE_KIND = {"chain": "chain", "contiguous": "contiguous", "noncontiguous": "any"}
@@ -148,7 +149,7 @@ def test_every_split_of_the_kind_is_a_model_point_with_its_load(seed):
     evaluator's max-load (the model admits every split and prices it right)."""
     g, c = case(seed)
     rng = np.random.default_rng(seed)
-    data = UnitData(g, c)
+    data = unit_graph(g, chain=False).on(c)
     models = {"chain": _StageModel(data), "contiguous": _DeviceModel(data, True, False),
               "noncontiguous": _DeviceModel(data, False, False)}
     tried = 0
@@ -172,7 +173,7 @@ def test_every_split_of_the_kind_is_a_model_point_with_its_load(seed):
 
 def test_decode_of_the_chain_model_keeps_the_loads():
     g, c = case(1)
-    data = UnitData(g, c)
+    data = unit_graph(g, chain=False).on(c)
     form = _StageModel(data)
     r = throughput_ip(g, c, "chain")
     v = form.encode(r.assignment)
@@ -246,7 +247,7 @@ def test_the_orbitope_rows_keep_exactly_one_labelling_of_each_split(seed):
 
     g, c = case(seed)
     rng = np.random.default_rng(seed)
-    data = UnitData(g, c)
+    data = unit_graph(g, chain=False).on(c)
     form = _DeviceModel(data, seed % 2 == 0, "orbitope")
     for _ in range(40):
         a = rng.integers(0, c.size, data.U)[data.unit]

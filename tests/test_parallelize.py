@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from devplace_lite.errors import GraphError, UsageError
-from devplace_lite.multidim import METHODS, evaluate, parallelize
+from devplace_lite.methods import PARALLELIZE
+from devplace_lite.multidim import evaluate, parallelize
 from devplace_lite.multidim.generate import random_model
 from devplace_lite.multidim.model import model_from_dict, model_to_dict, repeat_layer
 from devplace_lite.multidim.plan import Stage
@@ -161,7 +162,7 @@ def test_bad_arguments_refused():
         parallelize(m, devices=0)
     with pytest.raises(GraphError):
         parallelize(m, memory=-1.0)
-    assert set(METHODS) >= {"exact", "piper", "pipeline", "data", "equal"}
+    assert set(PARALLELIZE) >= {"exact", "piper", "pipeline", "data", "equal"}
 
 
 def _cli(args, capsys):

@@ -212,10 +212,12 @@ def test_what_does_not_scale_says_so_in_one_line(monkeypatch, capsys, tmp_path):
     assert random_best_of(g, c).status == "feasible"  # scored without the slicer
 
 
-def test_ip_past_its_size_returns_the_warm_start_within_the_limit(monkeypatch):
+def test_ip_past_its_size_returns_the_warm_start_within_the_limit(reach):
     g = generate("layered", 300, seed=4)
     c = Cluster(accelerators=3)
-    monkeypatch.setattr(throughput, "MAX_BINARIES", 100)
+    from devplace_lite.methods import PARTITION
+
+    reach(PARTITION, "ip", 100)
     r = throughput.ip_chain(g, c, time_limit=5.0)
     assert r.status == "time_limit" and r.extra["warm_start"] and "binaries" in r.extra["reason"]
     assert r.objective == r.check().max_load and r.check().feasible

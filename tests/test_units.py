@@ -12,7 +12,7 @@ from devplace_lite.generators import FAMILIES, generate
 from devplace_lite.graph import Graph, Node
 from devplace_lite.throughput.heuristics import kl, local_search_method, topo_fill
 from devplace_lite.throughput.heuristics.blocks import block_structure
-from devplace_lite.units import backward_only, class_arcs, order_edges, pipeline_units, unit_graph
+from devplace_lite.units import backward_only, class_arcs, order_edges, unit_graph
 
 # every method that moves whole units along the unit order
 GROUPING = {"single": baselines.single_device, "uniform": baselines.uniform,
@@ -121,7 +121,8 @@ def test_baselines_give_chain_splits_whatever_the_colouring(family, n, seed, cla
     """Cutting the unit order into blocks is a chain split even when colocation classes
     interleave with other units (a1 -> b -> a2 with a1, a2 in one class)."""
     g = _coloured(family, n, seed, classes)
-    order, follow = pipeline_units(g)
+    units = unit_graph(g)
+    order, follow = np.arange(units.size), units.unit
     pos = np.empty(int(follow.max()) + 1, dtype=np.int64)
     pos[order] = np.arange(len(order))
     assert all(pos[follow[u]] <= pos[follow[w]] for u, w in zip(g.src.tolist(), g.dst.tolist()))

@@ -3,7 +3,7 @@
 ::
 
     devplace parallelize FILE [-k K] [--memory BYTES] [--microbatches N] [--bandwidth BYTES_PER_S]
-                              [--method exact|piper|pipeline|data|equal] [--time-limit S] [--json] [--out F]
+                              [--method M] [--time-limit S] [--json] [--out F]
 
 FILE is in Piper's input format (msr-fiddle/piper); the options replace the file's cluster
 values. The answer: the time per sample (Piper's objective), the status (``optimal``,
@@ -27,7 +27,7 @@ _MICROBATCHES = options.Int(1, 1 << 20)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..multidim import METHODS
+    from ..methods import PARALLELIZE
 
     parser.add_argument("file", help="a model in Piper's JSON input format")
     parser.add_argument("-k", "--accelerators", "--devices", dest="devices", type=_DEVICES,
@@ -35,9 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory", type=options.MEMORY, help="bytes per device (default: the file's)")
     parser.add_argument("--microbatches", type=_MICROBATCHES, help="micro-batches per batch N (default: the file's)")
     parser.add_argument("--bandwidth", type=options.MEMORY, help="bytes per second per device (default: the file's)")
-    parser.add_argument("--method", choices=METHODS, default="exact",
-                        help="exact (default, proven optimal), piper (Piper's greedy knapsack), "
-                             "or a baseline: pipeline, data, equal")
+    parser.add_argument("--method", choices=list(PARALLELIZE), default="exact",
+                        help="; ".join(f"{name}: {m.summary}" for name, m in PARALLELIZE.items())
+                        + " (default exact, proven optimal)")
     parser.add_argument("--time-limit", type=options.SECONDS, help="seconds for the whole command")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the JSON answer to this file")

@@ -2,11 +2,12 @@
 
 `parallelize` reads (or takes) a model in Piper's JSON format, optionally overrides the
 cluster values, and returns a `Result`: the time per sample (Piper's objective), a status and
-the stages. Methods: ``exact`` (the DP over ideals with an exact knapsack per stage, proven
-optimal), ``piper`` (the same DP with Piper's greedy knapsack rule, what its program computes),
-and the baselines ``pipeline`` (pipeline only: d = t = 1), ``data`` (data parallelism only: one
-stage, t = 1) and ``equal`` (equal stages with one d and t, recomputation everywhere or nowhere,
-in the style of PipeDream-2BW). Reference: Tarnawski, Narayanan, Phanishayee, "Piper:
+the stages. Methods (the registry `devplace_lite.methods.PARALLELIZE`): ``exact`` (the DP over ideals
+with an exact knapsack per stage, proven optimal: `plan_optimal`), ``piper`` (the same DP with
+Piper's greedy knapsack rule, what its program computes: `plan_piper`), and the baselines
+``pipeline`` (pipeline only: d = t = 1), ``data`` (data parallelism only: one stage, t = 1) and
+``equal`` (equal stages with one d and t, recomputation everywhere or nowhere, in the style of
+PipeDream-2BW). Reference: Tarnawski, Narayanan, Phanishayee, "Piper:
 Multidimensional Planner for DNN Parallelization", NeurIPS 2021.
 
 Example
@@ -23,13 +24,13 @@ from __future__ import annotations
 import os
 import time
 
+from .. import methods
 from ..errors import UsageError
 from .model import Model, read_model, repeat_layer
 from .plan import Result, Stage, evaluate
 
-METHODS = ("exact", "piper", "pipeline", "data", "equal")
-
-__all__ = ["METHODS", "Model", "Result", "Stage", "evaluate", "parallelize", "read_model", "repeat_layer"]
+__all__ = ["Model", "Result", "Stage", "evaluate", "parallelize", "plan_optimal", "plan_piper", "read_model",
+           "repeat_layer"]
 
 
 def parallelize(model: Model | str | os.PathLike, devices: int | None = None, memory: float | None = None,
@@ -45,7 +46,7 @@ def parallelize(model: Model | str | os.PathLike, devices: int | None = None, me
         Cluster values replacing the model's (devices ``k``, bytes per device, micro-batches per
         batch ``N``, bytes per second).
     method : str
-        One of `METHODS` (module docstring).
+        A name of `devplace_lite.methods.PARALLELIZE` (module docstring).
     time_limit : float, optional
         Wall seconds for the whole call; past it the status is ``time_limit`` and the best
         baseline plan is returned as the incumbent.
@@ -64,32 +65,44 @@ def parallelize(model: Model | str | os.PathLike, devices: int | None = None, me
         On an unknown method, a bad model or cluster value, or too many ideals.
     """
     start = time.monotonic()
-    if method not in METHODS:
-        raise UsageError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    entry = methods.entry(methods.PARALLELIZE, method)
     if time_limit is not None and not time_limit > 0:
         raise UsageError(f"time limit must be positive, got {time_limit}")
     if not isinstance(model, Model):
         model = read_model(model)
     model = model.with_cluster(devices, memory, bandwidth, microbatches)
-    if method in ("exact", "piper"):
-        from .planner import plan_exact
-
-        r = plan_exact(model, time_limit, "greedy" if method == "piper" else "exact", progress)
-        r.method = method
-        if method == "piper" and r.status == "optimal":
-            r.status = "feasible"  # optimal for Piper's greedy knapsack, not proven for the model
-            r.bound = None
-        if r.status == "time_limit":
-            from .baselines import best_baseline
-
-            inc = best_baseline(model)
-            if inc is not None:
-                r.objective, r.stages = inc.objective, inc.stages
-                r.reason = (r.reason or "") + f"; incumbent from the {inc.method} baseline"
-    else:
-        from . import baselines
-
-        r = baselines.BASELINES[method](model)
+    if entry.limit == "anytime":
+        r = entry.load()(model, time_limit=time_limit, progress=progress)
+    else:  # a polynomial baseline does not watch the clock
+        r = entry.load()(model)
     r.seconds = time.monotonic() - start
+    return r
+
+
+def plan_optimal(model: Model, *, time_limit: float | None = None, progress=None, knapsack: str = "exact") -> Result:
+    """Registry entry ``exact``: the plan of least time per sample (`planner.plan_exact`); past
+    ``time_limit`` the status is ``time_limit`` and the best baseline plan is the incumbent."""
+    from .planner import plan_exact
+
+    r = plan_exact(model, time_limit, knapsack, progress)
+    if r.status == "time_limit":
+        from .baselines import best_baseline
+
+        inc = best_baseline(model)
+        if inc is not None:
+            r.objective, r.stages = inc.objective, inc.stages
+            r.reason = (r.reason or "") + f"; incumbent from the {inc.method} baseline"
+    return r
+
+
+def plan_piper(model: Model, *, time_limit: float | None = None, progress=None) -> Result:
+    """Registry entry ``piper``: `plan_optimal` with Piper's greedy knapsack rule, what its
+    program computes; status ``feasible`` where the DP finished (optimal for the greedy rule,
+    not proven for the model)."""
+    r = plan_optimal(model, time_limit=time_limit, progress=progress, knapsack="greedy")
+    r.method = "piper"
+    if r.status == "optimal":
+        r.status = "feasible"
+        r.bound = None
     return r
 

@@ -111,9 +111,6 @@ def equal_stages(model: Model) -> Result:
     return Result("equal", "feasible", best[0], best[1])
 
 
-BASELINES = {"pipeline": pipeline_only, "data": data_only, "equal": equal_stages}
-
-
 def best_baseline(model: Model) -> Result | None:
     """The best plan of the cheap baselines (``equal``, ``data``), or None when none fits."""
     found = [r for r in (equal_stages(model), data_only(model)) if r.objective is not None]

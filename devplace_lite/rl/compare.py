@@ -5,8 +5,9 @@
 * `exhaustive_search`: every placement of the units, on tiny graphs (``D^U`` calls, cut by about
   ``k!`` when the devices are interchangeable): the optimum *of the simulator*, the number every
   other method is measured against.
-* `registry_baselines`: the library's classical methods (`devplace_lite.methods.PARTITION`:
-  topological fill, earliest-task-first, HEFT, the DP split, ...) called as they are and their
+* `registry_baselines`: the library's classical methods (the yardsticks of
+  `devplace_lite.methods.PARTITION`: topological fill, earliest-task-first, HEFT, the DP split,
+  ...) called as they are and their
   placements simulated once each. They plan with their own cost model (the DP minimises the
   largest device load, a throughput objective; ETF and HEFT build a schedule of their own), so
   one simulator call scores each.
@@ -43,8 +44,6 @@ from ..graph import Graph
 from ..sim import SimParams, Simulator
 from .env import unit_steps
 
-#: Classical methods from the registry that the RL chapter compares with, when registered.
-CLASSICAL = ("single", "topo-fill", "etf", "heft", "dp")
 DEFAULT_LIMIT = 200_000
 
 
@@ -125,14 +124,15 @@ def exhaustive_search(sim: Simulator, limit: int = DEFAULT_LIMIT) -> Scored:
                   extra={"placements": int(len(AU)), "symmetric": symmetric})
 
 
-def registry_baselines(sim: Simulator, names: Sequence[str] = CLASSICAL, seed: int = 0) -> dict[str, Scored]:
-    """Run each registered partition method as is and simulate its placement once.
+def registry_baselines(sim: Simulator, names: Sequence[str] | None = None, seed: int = 0) -> dict[str, Scored]:
+    """Run each registered partition method as is and simulate its placement once (``names``:
+    default the registry's yardsticks, `devplace_lite.methods.yardsticks`).
 
     A name not (yet) registered, or a method that refuses the graph, comes back with status
     ``unavailable`` and the reason in ``extra["reason"]``.
     """
     out: dict[str, Scored] = {}
-    for name in names:
+    for name in methods.yardsticks() if names is None else names:
         t0, c0 = time.perf_counter(), sim.calls
         try:
             fn = methods.resolve(methods.PARTITION, name)
@@ -151,14 +151,16 @@ def registry_baselines(sim: Simulator, names: Sequence[str] = CLASSICAL, seed: i
 
 def compare(graphs: Sequence[Graph], cluster: Cluster, params: SimParams | None = None, *,
             policies: dict[str, Callable[[Simulator], Scored]] | None = None,
-            classical: Sequence[str] = CLASSICAL, random_samples: int = 100, optimum: bool = False,
+            classical: Sequence[str] | None = None, random_samples: int = 100, optimum: bool = False,
             seed: int = 0, limit: int = DEFAULT_LIMIT) -> list[dict[str, Any]]:
     """One row per graph: every method's simulated run time, simulator calls and seconds.
 
     ``policies`` maps a name to a function of a `Simulator` returning a `Scored` (a trained
-    placer); ``optimum=True`` adds the exhaustive optimum (tiny graphs). Each row also names the
-    best classical method (``random`` included) and its run time.
+    placer); ``optimum=True`` adds the exhaustive optimum (tiny graphs); ``classical``: the
+    registry's methods to run (default its yardsticks, `devplace_lite.methods.yardsticks`). Each
+    row also names the best classical method (``random`` included) and its run time.
     """
+    classical = methods.yardsticks() if classical is None else list(classical)
     rows = []
     for g in graphs:
         found: dict[str, Scored] = {}

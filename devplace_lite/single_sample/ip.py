@@ -64,10 +64,11 @@ from ..devices import Cluster
 from ..graph import Graph, GraphError
 from .model import evaluate_latency, pieces_dict, reentry_pieces
 from .bounds import ReadyBounds, critical_path_bound, earliest_finish, latency_caps, ready_bounds, work_bound
-from .search import Blocks, finish_share, improve, start_splits
+from .search import finish_share, improve, start_splits, unit_orders
 from ..result import Result
 from ..mip.solve import LinearModel, Solution, solve
-from ..throughput.ip import UnitData, canonical_labels
+from ..throughput.ip import canonical_labels, memory_share
+from ..units import UnitCosts, unit_graph
 
 #: Share of the time limit the starts and the local search may use before the solver runs.
 SEARCH_SHARE = 0.4
@@ -95,7 +96,7 @@ class _LatencyModel:
     (`devplace_lite.single_sample.bounds.ReadyBounds`, or ``None`` for the critical path alone);
     ``caps``: upper bounds on them (``None``: ``big_m``)."""
 
-    def __init__(self, data: UnitData, q: int, big_m: float, symmetry: bool, ready: ReadyBounds | None = None,
+    def __init__(self, data: UnitCosts, q: int, big_m: float, symmetry: bool, ready: ReadyBounds | None = None,
                  caps: np.ndarray | None = None) -> None:
         self.data, self.q = data, q
         g, c = data.graph, data.cluster
@@ -105,9 +106,9 @@ class _LatencyModel:
         m = self.model = LinearModel()
         ub = data.allowed[:, :k].astype(float)
         if symmetry:
-            rank = np.cumsum(data.acc_ok[data.unit_order]) - 1
+            rank = np.cumsum(data.acc_supported[data.units.first_order]) - 1
             r = np.empty(U, dtype=np.int64)
-            r[data.unit_order] = rank
+            r[data.units.first_order] = rank
             for d in range(k):
                 ub[d > r, d] = 0.0
         self.w = m.add_vars((U, k), ub=ub, integer=True)
@@ -115,8 +116,9 @@ class _LatencyModel:
         for u in range(U):
             m.add_row([(self.w[u, d], 1.0) for d in range(k)] + [(self.wc[u], 1.0)], lo=1.0, hi=1.0)
         if data.memory_binds:
+            share = memory_share(data)
             for d in range(k):
-                m.add_row([(self.w[u, d], data.memory_share[u]) for u in range(U)], hi=1.0)
+                m.add_row([(self.w[u, d], share[u]) for u in range(U)], hi=1.0)
         if q == 1:
             self.x = self.w[unit]  # one slot per accelerator: the node's slot is its unit's device
         else:
@@ -198,7 +200,7 @@ class _LatencyModel:
         data, g = self.data, self.data.graph
         k, q, n = data.cluster.k, self.q, g.n
         v = np.zeros(self.model.n_vars)
-        dev = data.unit_devices(assignment)
+        dev = data.units.unit_devices(assignment)
         on_acc = dev < k
         v[self.w[np.flatnonzero(on_acc), dev[on_acc]]] = 1.0
         v[self.wc[~on_acc]] = 1.0
@@ -290,7 +292,7 @@ def latency_ip(graph: Graph, cluster: Cluster, q: int = 1, *, solver: str = "sci
         raise GraphError(f"q (calls per accelerator) must be at least 1, got {q}")
     deadline = None if time_limit is None else t0 + finish_share(time_limit)
     seconds = lambda: time.perf_counter() - t0  # noqa: E731
-    data = UnitData(graph, cluster)
+    data = unit_graph(graph, chain=False).on(cluster)
     extra: dict = {"objective_kind": "latency", "q": q, "solver": solver}
     if graph.n == 0:
         return Result("ip", graph, cluster, np.zeros(0, dtype=np.int64), 0.0, "optimal", 0.0, bound=0.0,
@@ -352,7 +354,7 @@ def _run_model(graph, cluster, data, q, start, ready, symmetry, solver, gap, see
     caps = None
     if start is not None:
         big_m = min(big_m, start[3])
-        data = UnitData(graph, cluster, cap=start[3])  # no better split runs a unit where it alone is slower
+        data = data.units.on(cluster, cap=start[3])  # no better split runs a unit where it alone is slower
         caps = latency_caps(graph, cluster, start[3])
     t_build = time.perf_counter()
     form = _LatencyModel(data, q, big_m, symmetry, ready, caps)
@@ -379,7 +381,7 @@ def _pick_start(graph: Graph, cluster: Cluster, q: int, warm_start, time_limit: 
         return None
     if isinstance(warm_start, str) and warm_start == "auto":
         t0 = time.perf_counter()
-        blocks = Blocks(graph, cluster)
+        blocks = unit_orders(graph, cluster)
         cands = start_splits(graph, cluster, deadline=None if time_limit is None else t0 + 0.15 * time_limit,
                              seed=seed, blocks=blocks, target=lower)
         if not cands:

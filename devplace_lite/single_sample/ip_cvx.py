@@ -14,7 +14,7 @@ import numpy as np
 
 from ..devices import Cluster
 from ..graph import Graph
-from ..throughput.ip import UnitData
+from ..units import unit_graph
 from ..throughput.ip_cvx import _edge_arrays
 
 
@@ -30,7 +30,7 @@ def latency_problem(graph: Graph, cluster: Cluster, q: int = 1, big_m: float | N
     from ..single_sample.bounds import earliest_finish
     from ..single_sample.ip import universal_big_m
 
-    d = UnitData(graph, cluster)
+    d = unit_graph(graph, chain=False).on(cluster)
     n, k, U = graph.n, cluster.k, d.U
     S = k * q
     M = universal_big_m(graph, cluster, q) if big_m is None else float(big_m)
@@ -52,7 +52,7 @@ def latency_problem(graph: Graph, cluster: Cluster, q: int = 1, big_m: float | N
     if k:
         rows += [per_device == W[d.unit]]                     # a node's slots are its unit's device
         if math.isfinite(cluster.memory):
-            rows += [d.memory @ W <= cluster.memory]
+            rows += [d.mem @ W <= cluster.memory]
     if len(u_) and S:
         rows += [r[u_] >= x[w_] - x[u_], o[u_] >= x[u_] - x[w_],
                  z[w_] <= z[u_], z[w_] <= x[w_] - x[u_] + 1]   # transfers; slots convex

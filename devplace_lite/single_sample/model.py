@@ -62,6 +62,7 @@ from ..devices import Cluster
 from ..errors import LimitError
 from ..graph import Graph, GraphError
 from ..result import Result
+from ..methods import LATENCY_BOUND
 
 
 @dataclass
@@ -294,17 +295,18 @@ def latency_of(result: Result) -> float:
     return evaluate_latency(result.graph, result.cluster, result.assignment, result.extra.get("pieces")).latency
 
 
-#: Most nodes `reachability` takes (its ``n x n`` table, and the latency bounds' dense
-#: ``n x n`` float products behind it: 3.4 GB at 10,000 nodes).
-REACH_NODES = 3_000
+def reach_nodes() -> int:
+    """Most nodes `reachability` takes: the reach of the latency methods and bounds that keep its
+    ``n x n`` table (`devplace_lite.methods.LATENCY_BOUND` ``best``, the latency ``ip``)."""
+    return LATENCY_BOUND["best"].reach.limit
 
 
 def reachability(graph: Graph) -> np.ndarray:
     """``R[u, w]``: whether a path leads from ``u`` to ``w`` (an ``n x n`` boolean matrix).
-    Raises `LimitError` past `REACH_NODES` nodes, before allocating."""
-    if graph.n > REACH_NODES:
-        raise LimitError(f"graph {graph.name}: {graph.n:,} nodes; the latency methods and bounds keep an n x n "
-                         f"reachability table and take at most {REACH_NODES:,}")
+    Raises `LimitError` past `reach_nodes` nodes, before allocating."""
+    if graph.n > reach_nodes():
+        raise LimitError(f"graph {graph.name}: {graph.n:,} nodes; {LATENCY_BOUND['best'].reach.past} "
+                         f"and take at most {reach_nodes():,}")
     R = np.zeros((graph.n, graph.n), dtype=bool)
     for v in graph.topological_order()[::-1].tolist():
         for w in graph.succ[v]:

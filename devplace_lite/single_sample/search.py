@@ -30,7 +30,7 @@ splits fast and prove nothing (a `Result`'s ``bound`` is `devplace_lite.single_s
   seeded random order, until none improves. Then kicks (re-sequencing with noise on the start
   times, or a few random moves) followed by the same descent, keeping the best, until the time
   is up (an iterated local search).
-* `local_search`: the best start, improved (the registry's ``local-search``); ``optimal`` when
+* `latency_local_search`: the best start, improved (the registry's ``local-search``); ``optimal`` when
   the bound of `devplace_lite.single_sample.bounds` meets it.
 
 Example
@@ -38,7 +38,7 @@ Example
 >>> from devplace_lite.generators import generate
 >>> from devplace_lite.devices import Cluster
 >>> g, c = generate("layered", 30, seed=1), Cluster(4, 1, memory=1.5e9)
->>> ls, gr = local_search(g, c, seed=0), greedy_latency(g, c)
+>>> ls, gr = latency_local_search(g, c, seed=0), greedy_latency(g, c)
 >>> ls.status, ls.objective <= gr.objective, ls.bound <= ls.objective
 ('feasible', True, True)
 """
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from functools import cached_property
 
 import networkx as nx
@@ -60,7 +59,7 @@ from ..graph import Graph
 from .model import call_latency, evaluate_latency, pieces_dict, reentry_pieces
 from .bounds import latency_bound
 from ..result import Result, no_feasible_status
-from ..units import order_edges, pipeline_units
+from ..units import UnitCosts, order_edges, unit_graph
 
 #: Kicks of the local search when it has no deadline.
 ROUNDS = 20
@@ -72,13 +71,9 @@ DP_SECONDS = 10.0
 
 def unit_blocks(graph: Graph) -> list[np.ndarray]:
     """Inseparable blocks in a topological order: colocation units, with the units that form a
-    cycle once contracted fused into one block (`devplace_lite.units.pipeline_units`). Returns
+    cycle once contracted fused into one block (`devplace_lite.units.unit_graph`). Returns
     the node indices of each block."""
-    order, follow = pipeline_units(graph)
-    # grouped by one sort: a scan of all nodes per unit was quadratic (10^6 nodes: past 200 s)
-    by_unit = np.argsort(follow, kind="stable")
-    cuts = np.searchsorted(follow[by_unit], np.arange(len(order) + 1)) if len(follow) else np.zeros(1, np.int64)
-    return [by_unit[cuts[u]:cuts[u + 1]] for u in order.tolist()]
+    return unit_graph(graph).members
 
 
 # -- the greedy baseline -----------------------------------------------------------------------------
@@ -125,55 +120,19 @@ def _latency_result(name: str, graph: Graph, cluster: Cluster, a: np.ndarray, t0
 
 
 # -- blocks and their orders ---------------------------------------------------------------------------
-@dataclass
-class Blocks:
-    """The inseparable blocks of a graph on a cluster: what each may run on and what it costs."""
+class UnitOrders(UnitCosts):
+    """The units of a graph on a cluster (`devplace_lite.units.UnitCosts`: what each may run on
+    and what it costs) with the orders the latency search walks them in; ``unit_orders(graph,
+    cluster)`` builds one. A unit's nodes share a device (``first``: one node of each)."""
 
-    graph: Graph
-    cluster: Cluster
-
-    @cached_property
+    @property
     def nodes(self) -> list[np.ndarray]:
-        return unit_blocks(self.graph)
+        return self.units.members
 
     @cached_property
     def first(self) -> np.ndarray:
-        """One node of each block (a block's nodes share a device)."""
+        """One node of each unit (a unit's nodes share a device)."""
         return np.array([nodes[0] for nodes in self.nodes], dtype=np.int64)
-
-    @cached_property
-    def of(self) -> np.ndarray:
-        """Block index of each node."""
-        out = np.empty(self.graph.n, dtype=np.int64)
-        for b, nodes in enumerate(self.nodes):
-            out[nodes] = b
-        return out
-
-    def _sum(self, values: np.ndarray) -> np.ndarray:
-        return np.bincount(self.of, weights=values, minlength=len(self.nodes))
-
-    @cached_property
-    def p_acc(self) -> np.ndarray:
-        return self._sum(self.graph.p_acc)
-
-    @cached_property
-    def p_cpu(self) -> np.ndarray:
-        """CPU time of each block; ``inf`` where the CPU may not run it."""
-        t = self._sum(np.where(np.isnan(self.graph.p_cpu), np.inf, self.graph.p_cpu))
-        return t if self.cluster.l else np.full(len(t), np.inf)
-
-    @cached_property
-    def memory(self) -> np.ndarray:
-        return self._sum(self.graph.memory)
-
-    @cached_property
-    def acc_ok(self) -> np.ndarray:
-        bad = self._sum((~self.graph.supported).astype(float)) > 0
-        return ~bad & (self.cluster.k > 0) & (self.memory <= self.cluster.memory)
-
-    @cached_property
-    def cpu_ok(self) -> np.ndarray:
-        return np.isfinite(self.p_cpu)
 
     @cached_property
     def dag(self) -> nx.DiGraph:
@@ -181,7 +140,7 @@ class Blocks:
         are the pairs a chain split keeps in order (`devplace_lite.units.order_edges`), of which
         the blocks are built: a training graph's own edges, backward ones included, made cycles
         between blocks (networkx refused to order them)."""
-        s, t = (self.of[x] for x in order_edges(self.graph))
+        s, t = (self.unit[x] for x in order_edges(self.graph))
         d = nx.DiGraph()
         d.add_nodes_from(range(len(self.nodes)))
         d.add_edges_from(zip(s[s != t].tolist(), t[s != t].tolist()))
@@ -205,7 +164,7 @@ class Blocks:
         B = len(self.nodes)
         tail = np.zeros(B)  # longest accelerator-time path from a block to the end
         for b in range(B - 1, -1, -1):  # unit_blocks is topological
-            tail[b] = self.p_acc[b] + max((tail[y] for y in succ[b]), default=0.0)
+            tail[b] = self.pa[b] + max((tail[y] for y in succ[b]), default=0.0)
         stamp = iter(range(10 ** 9))
         ready_at = {}
 
@@ -217,7 +176,13 @@ class Blocks:
                 "late": self.order(lambda b: (-tail[b], b))}
 
 
-def order_split(blocks: Blocks, order: np.ndarray) -> tuple[np.ndarray, float]:
+def unit_orders(graph: Graph, cluster: Cluster) -> UnitOrders:
+    """The units of ``graph`` (`devplace_lite.units.unit_graph`: classes, forward cycles fused,
+    numbered topologically) on ``cluster``, with their orders."""
+    return UnitOrders(unit_graph(graph), cluster)
+
+
+def order_split(blocks: UnitOrders, order: np.ndarray) -> tuple[np.ndarray, float]:
     """The best cut of ``order`` (a topological order of the blocks) into runs, each one call on
     its own accelerator or CPU blocks; see the module docstring. Returns the device of each node
     (accelerators numbered by run, the CPU as device ``k``) and the sum of the run times, an
@@ -227,12 +192,12 @@ def order_split(blocks: Blocks, order: np.ndarray) -> tuple[np.ndarray, float]:
     B, k = len(order), c.k
     pos_of_block = np.empty(B, dtype=np.int64)
     pos_of_block[order] = np.arange(B)
-    P = pos_of_block[blocks.of]  # position of each node
+    P = pos_of_block[blocks.unit]  # position of each node
     cost = _run_costs(g, blocks, order, P)
     # D[t, j]: least time for the first j blocks with at most t calls
     D = np.full((k + 1, B + 1), np.inf)
     choice = np.zeros((k + 1, B + 1), dtype=np.int64)  # -2: fewer calls, -1: CPU block, i >= 0: call i..j
-    cpu = blocks.p_cpu[order]
+    cpu = np.where(blocks.cpu_ok, blocks.pc, np.inf)[order]  # a run on the CPU only where this cluster has one
     D[0, 0] = 0.0
     for j in range(1, B + 1):
         D[0, j], choice[0, j] = D[0, j - 1] + cpu[j - 1], -1
@@ -265,7 +230,7 @@ def order_split(blocks: Blocks, order: np.ndarray) -> tuple[np.ndarray, float]:
     return a, value
 
 
-def _run_costs(g: Graph, blocks: Blocks, order: np.ndarray, P: np.ndarray) -> np.ndarray:
+def _run_costs(g: Graph, blocks: UnitOrders, order: np.ndarray, P: np.ndarray) -> np.ndarray:
     """``cost[i, j]``: the time of blocks ``order[i:j]`` as one call (compute, inputs received,
     outputs sent); ``inf`` where they break the memory cap or hold a block no accelerator runs.
     Each producer adds its transfer to rectangles of (i, j), summed by a 2-D prefix sum."""
@@ -295,8 +260,8 @@ def _run_costs(g: Graph, blocks: Blocks, order: np.ndarray, P: np.ndarray) -> np
         np.add.at(D, (i1 + 1, j0), -val)
         np.add.at(D, (i1 + 1, j1 + 1), val)
     comm = np.cumsum(np.cumsum(D, axis=0), axis=1)[:B + 1, :B + 1]
-    pa = np.concatenate([[0.0], np.cumsum(blocks.p_acc[order])])
-    pm = np.concatenate([[0.0], np.cumsum(blocks.memory[order])])
+    pa = np.concatenate([[0.0], np.cumsum(blocks.pa[order])])
+    pm = np.concatenate([[0.0], np.cumsum(blocks.mem[order])])
     bad = np.concatenate([[0], np.cumsum(~blocks.acc_ok[order])])
     cost = pa[None, :] - pa[:, None] + comm
     ok = (np.triu(np.ones((B + 1, B + 1), dtype=bool), 1) & (pm[None, :] - pm[:, None] <= blocks.cluster.memory)
@@ -323,7 +288,7 @@ def fit_calls(graph: Graph, cluster: Cluster, a: np.ndarray, q: int = 1) -> np.n
 
 
 def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = None, seed: int = 0,
-                 blocks: Blocks | None = None, target: float = -math.inf) -> list[tuple[str, np.ndarray, float]]:
+                 blocks: UnitOrders | None = None, target: float = -math.inf) -> list[tuple[str, np.ndarray, float]]:
     """Every cheap split of the module docstring as ``(name, assignment, latency)``, each with
     one convex call per accelerator and no violation: the greedy and the order splits first,
     then the partition methods, each given the time left before ``deadline`` (a
@@ -332,7 +297,7 @@ def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = Non
     rest are skipped: none can be better."""
     from ..cost import violations
 
-    blocks = blocks or Blocks(graph, cluster)
+    blocks = blocks or unit_orders(graph, cluster)
     out = []
 
     def add(name: str, a: np.ndarray | None) -> None:
@@ -352,16 +317,16 @@ def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = Non
 
         units = articulation_units(graph, cluster)
         place = np.full(len(blocks.nodes), units.max(initial=0))
-        np.minimum.at(place, blocks.of, units)  # a block (colocation class) goes where its first node goes
+        np.minimum.at(place, blocks.unit, units)  # a block (colocation class) goes where its first node goes
         orders["articulation"] = blocks.order(lambda b: (int(place[b]), b))
         # a colocation class over two or three places keeps them in one call; one spread wider runs on the CPU
         last = np.zeros(len(blocks.nodes), dtype=np.int64)
-        np.maximum.at(last, blocks.of, units)
+        np.maximum.at(last, blocks.unit, units)
         far = last - place > 2
         keep = np.zeros(int(units.max(initial=0)) + 1, dtype=bool)
         for b in np.flatnonzero(~far & (last > place)).tolist():
             keep[place[b]:last[b]] = True
-        add("articulation cut", articulation_split(graph, cluster, units, far[blocks.of], keep))
+        add("articulation cut", articulation_split(graph, cluster, units, far[blocks.unit], keep))
     except LimitError:  # past the reachability table's size: the other orders stand
         pass
     for name, order in orders.items():
@@ -383,14 +348,14 @@ def start_splits(graph: Graph, cluster: Cluster, *, deadline: float | None = Non
 
 # -- local search --------------------------------------------------------------------------------------
 def improve(graph: Graph, cluster: Cluster, a: np.ndarray, *, deadline: float | None = None, seed: int = 0,
-            blocks: Blocks | None = None, rounds: int = ROUNDS,
+            blocks: UnitOrders | None = None, rounds: int = ROUNDS,
             target: float = -math.inf) -> tuple[np.ndarray, float, int]:
     """The local search of the module docstring from ``a`` (one convex call per accelerator, no
     violation): descend to a local optimum, then kick and descend again, keeping the best, until
     ``deadline`` (a `time.perf_counter` value) or, without one, for ``rounds`` kicks, or until
     the latency reaches ``target`` (a lower bound). Returns the best split, its latency and the
     number of improving moves taken."""
-    blocks = blocks or Blocks(graph, cluster)
+    blocks = blocks or unit_orders(graph, cluster)
     rng = np.random.default_rng(seed)
     a = np.array(a, dtype=np.int64)
     if _reached(call_latency(graph, cluster, a), target):
@@ -411,7 +376,7 @@ def _reached(value: float, target: float) -> bool:
     return value <= target + 1e-9 * max(1.0, abs(target))
 
 
-def _descend(blocks: Blocks, a: np.ndarray, rng: np.random.Generator,
+def _descend(blocks: UnitOrders, a: np.ndarray, rng: np.random.Generator,
              deadline: float | None) -> tuple[np.ndarray, float, int]:
     """First-improvement descent over `_moves`, then re-sequencing, until neither helps."""
     g, c = blocks.graph, blocks.cluster
@@ -444,7 +409,7 @@ def _descend(blocks: Blocks, a: np.ndarray, rng: np.random.Generator,
     return a, best, taken
 
 
-def _kick(blocks: Blocks, a: np.ndarray, latency: float, rng: np.random.Generator) -> np.ndarray:
+def _kick(blocks: UnitOrders, a: np.ndarray, latency: float, rng: np.random.Generator) -> np.ndarray:
     """A nearby split: the best cut of the order the schedule runs in with noise on the start
     times (a random share of the latency), or a few random moves, whichever the coin picks."""
     g, c = blocks.graph, blocks.cluster
@@ -461,7 +426,7 @@ def _kick(blocks: Blocks, a: np.ndarray, latency: float, rng: np.random.Generato
     return b
 
 
-def _moves(blocks: Blocks, a: np.ndarray, rng: np.random.Generator) -> list[tuple]:
+def _moves(blocks: UnitOrders, a: np.ndarray, rng: np.random.Generator) -> list[tuple]:
     """Candidate moves, shuffled: ``("block", b, d)`` moves block ``b`` to device ``d``;
     ``("call", d, e)`` moves every node of accelerator ``d`` to device ``e``; ``("run", bs, d)``
     moves a chain ``bs`` of CPU blocks (each the only CPU successor of the one before, at most
@@ -499,7 +464,7 @@ def _moves(blocks: Blocks, a: np.ndarray, rng: np.random.Generator) -> list[tupl
     return [moves[i] for i in order]
 
 
-def _apply(blocks: Blocks, a: np.ndarray, move: tuple) -> np.ndarray | None:
+def _apply(blocks: UnitOrders, a: np.ndarray, move: tuple) -> np.ndarray | None:
     """The placement after ``move``, or ``None`` when a target may not run it or memory overflows."""
     k, cap = blocks.cluster.k, blocks.cluster.memory
     kind, x, d = move
@@ -514,17 +479,17 @@ def _apply(blocks: Blocks, a: np.ndarray, move: tuple) -> np.ndarray | None:
         if not blocks.acc_ok[moved].all():
             return None
         stay = a != d
-        mem = blocks.graph.memory[~stay].sum() + blocks.memory[moved].sum()
+        mem = blocks.graph.memory[~stay].sum() + blocks.mem[moved].sum()
         if mem > cap:
             return None
     elif not blocks.cpu_ok[moved].all():
         return None
     b = a.copy()
-    b[moved[blocks.of]] = d
+    b[moved[blocks.unit]] = d
     return b
 
 
-def _schedule_order(blocks: Blocks, a: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
+def _schedule_order(blocks: UnitOrders, a: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
     """The blocks in the order the split's schedule starts them (calls kept together), with
     ``noise`` added to each block's start time."""
     graph, cluster = blocks.graph, blocks.cluster
@@ -542,7 +507,7 @@ def _schedule_order(blocks: Blocks, a: np.ndarray, noise: np.ndarray | None = No
 
 
 # -- the method ----------------------------------------------------------------------------------------------
-def local_search(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
+def latency_local_search(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0) -> Result:
     """The best of `start_splits`, improved by `improve` until ``time_limit`` seconds (all of
     it: starts, search and bound) have passed, or for `ROUNDS` kicks without one. Status
     ``feasible``, or ``optimal`` when `devplace_lite.single_sample.bounds.latency_bound` meets the
@@ -550,7 +515,7 @@ def local_search(graph: Graph, cluster: Cluster, *, time_limit: float | None = N
     latency of every start tried (``starts``)."""
     t0 = time.perf_counter()
     end = None if time_limit is None else t0 + finish_share(time_limit)
-    blocks = Blocks(graph, cluster)
+    blocks = unit_orders(graph, cluster)
     bound, bound_name = latency_bound(graph, cluster)
     starts = start_splits(graph, cluster, deadline=None if end is None else t0 + 0.15 * time_limit, seed=seed,
                           blocks=blocks, target=bound)

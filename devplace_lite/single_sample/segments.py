@@ -118,13 +118,13 @@ def _augment(graph: Graph, cluster: Cluster, levels: int) -> _Aug:
 
 def _chain(a: _Aug) -> tuple[list[int], np.ndarray]:
     """The articulation nodes in order, and the reachability table (``R[u, w]``: a path u -> w).
-    Raises `LimitError` past `latency.REACH_NODES` nodes, before allocating it."""
+    Raises `LimitError` past `model.reach_nodes` nodes, before allocating it."""
     from ..errors import LimitError
-    from .model import REACH_NODES
+    from .model import reach_nodes
 
-    if a.n - 2 > REACH_NODES:
+    if a.n - 2 > reach_nodes():
         raise LimitError(f"{a.n - 2:,} nodes: the segment bound keeps an n x n reachability table and takes "
-                         f"at most {REACH_NODES:,}")
+                         f"at most {reach_nodes():,}")
     R = np.zeros((a.n, a.n), dtype=bool)
     for v in reversed(a.topo):
         for w in a.succ[v]:
@@ -356,7 +356,7 @@ def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_r
     Raises
     ------
     LimitError
-        Past `devplace_lite.single_sample.model.REACH_NODES` nodes (an ``n x n`` table).
+        Past `devplace_lite.single_sample.model.reach_nodes` nodes (an ``n x n`` table).
 
     The bound is that of the whole graph, or of `main_core` if higher: leaving nodes out is a
     relaxation (a split of the graph, restricted to the rest, is a split of it, no slower).
@@ -471,7 +471,9 @@ def articulation_units(graph: Graph, cluster: Cluster) -> np.ndarray:
     if graph.n == 0:
         return np.zeros(0, dtype=np.int64)
     core = main_core(graph)
-    core = np.arange(graph.n) if core is None else core
+    # no core (one source and one sink), or an empty one (the chosen source reaches no chosen
+    # sink: disconnected pieces): the chain runs through the whole graph
+    core = np.arange(graph.n) if core is None or not len(core) else core
     a = _augment(graph.subgraph(core), cluster, LEVELS)
     chain, R = _chain(a)
     m = len(core)
@@ -555,7 +557,7 @@ def best_latency_bound(graph: Graph, cluster: Cluster, q: int = 1, *, time_limit
     3. `devplace_lite.single_sample.segments.segment_bound`: the articulation chain with each block
        cut exactly (valid for any ``q``; ``None``, so skipped, on graphs it cannot split).
 
-    Steps 2 and 3 keep ``n x n`` tables and are skipped past `devplace_lite.single_sample.model.REACH_NODES` nodes. It stops
+    Steps 2 and 3 keep ``n x n`` tables and are skipped past `devplace_lite.single_sample.model.reach_nodes` nodes. It stops
     once the bound meets ``upper`` (a known split's latency) or the time is up; a step stopped
     midway proves nothing and the finished ones stand.
 
@@ -586,7 +588,7 @@ def best_latency_bound(graph: Graph, cluster: Cluster, q: int = 1, *, time_limit
     (5.0, 'optimal')
     """
     from ..errors import LimitError
-    from .model import REACH_NODES
+    from .model import reach_nodes
 
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + float(time_limit)
@@ -617,7 +619,7 @@ def best_latency_bound(graph: Graph, cluster: Cluster, q: int = 1, *, time_limit
 
     started = time.perf_counter()
     cheap = max((critical_path_bound(graph, cluster), "critical-path"), (work_bound(graph, cluster), "work"))
-    if step(cheap[1], cheap[0], started) or graph.n > REACH_NODES:
+    if step(cheap[1], cheap[0], started) or graph.n > reach_nodes():
         return bound()
     started = time.perf_counter()
     try:

@@ -80,7 +80,7 @@ from ..cost import evaluate
 from ..devices import Cluster
 from ..errors import LimitError
 from ..graph import Graph
-from .ideals import DEFAULT_LIMIT, Ideals, enumerate_ideals
+from .ideals import Ideals, enumerate_ideals
 from ..methods import scalable
 from ..progress import Progress
 from ..result import Result, no_feasible_status
@@ -96,7 +96,7 @@ _CHUNK_PAIRS = 1_000_000
 
 
 @dataclass
-class _Units:
+class _KernelArrays:
     """The unit graph's sums and hypergraph in the kernel's array types."""
 
     pa: np.ndarray       # accelerator time
@@ -112,11 +112,11 @@ class _Units:
     inc_hi: np.ndarray   # for each incidence (x, e): members of e numbered above x
 
 
-def _units(poset: UnitGraph) -> _Units:
+def _kernel_arrays(poset: UnitGraph) -> _KernelArrays:
     hp, _, hw = poset.hyperedges
     inc_ptr, inc_he, inc_hi = poset.incidence
     c = np.ascontiguousarray  # the exact types of the kernel's signature
-    return _Units(c(poset.pa, np.float64), c(poset.pc, np.float64), c(poset.mem, np.float64),
+    return _KernelArrays(c(poset.pa, np.float64), c(poset.pc, np.float64), c(poset.mem, np.float64),
                   c(poset.mem_core, np.float64), c(poset.bad_acc, np.int8), c(poset.bad_cpu, np.int8),
                   c(hw, np.float64), c(np.diff(hp), np.int32), c(inc_ptr, np.int64), c(inc_he, np.int32),
                   c(inc_hi, np.int32))
@@ -451,7 +451,7 @@ class _Run:
     certificate: bool       # no memory test turned on folded nodes
 
 
-def _absorb(units: _Units, l_: int, cap: float) -> np.ndarray:
+def _absorb(units: _KernelArrays, l_: int, cap: float) -> np.ndarray:
     """``absorb[c]``: the most accelerator work that ``c`` CPU cores can take off the
     accelerators with at most ``cap`` CPU time each (a fractional knapsack, so a bound)."""
     out = np.zeros(l_ + 1)
@@ -474,7 +474,7 @@ def _absorb(units: _Units, l_: int, cap: float) -> np.ndarray:
     return out
 
 
-def _solve(poset: UnitGraph, units: _Units, table: _Table, cluster: Cluster, cap: float,
+def _solve(poset: UnitGraph, units: _KernelArrays, table: _Table, cluster: Cluster, cap: float,
            deadline: float | None) -> _Run:
     N = len(table.masks)
     k, l_ = cluster.k, cluster.l
@@ -517,7 +517,7 @@ def _solve(poset: UnitGraph, units: _Units, table: _Table, cluster: Cluster, cap
     return _Run(value, unit_dev[poset.unit], int(stats[0]), int(stats[2]), True, not stats[1])
 
 
-def _lower_bound(units: _Units, cluster: Cluster) -> float:
+def _lower_bound(units: _KernelArrays, cluster: Cluster) -> float:
     """A quick proven lower bound: the largest unit's cheapest device, and a fractional
     balance of all compute over ``k`` accelerators and ``l`` cores (communication ignored)."""
     k, l_ = cluster.k, cluster.l
@@ -595,13 +595,14 @@ DP_UNITS = 10_000
 
 
 def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
-       limit: int = DEFAULT_LIMIT, prune: bool = True) -> Result:
+       limit: int | None = None, prune: bool = True) -> Result:
     """The optimal chain-of-ideals split (module docstring: problem, speed-ups, exactness).
 
     Status ``"optimal"`` with ``bound == objective``; ``"infeasible"`` when no chain split
     fits (memory caps, unsupported nodes); ``"time_limit"`` with the linear split as the
     incumbent and a proven lower bound when ``time_limit`` seconds pass first. Raises
-    `LimitError` when the graph has more than ``limit`` ideals or is too large for its first
+    `LimitError` when the graph has more than ``limit`` ideals (default: the entry's reach,
+    `devplace_lite.methods.PARTITION` ``dp``) or is too large for its first
     upper bound (`DP_UNITS`: the slicer's table). ``prune=False`` visits every
     nested pair (the plain recurrence, for comparison); ``extra["pairs"]`` counts them.
     """
@@ -611,7 +612,7 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     refolded = False
     for merge in (True, "memoryless"):
         poset = unit_graph(graph, fold=merge)
-        units = _units(poset)
+        units = _kernel_arrays(poset)
         try:
             upper = _sliced(graph, cluster, poset)
         except LimitError:  # the slicer's own message would name the first step, not the DP
@@ -643,7 +644,7 @@ def dp(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
 PIPEDREAM_WORK = 4e9
 
 
-def _pipedream_plan(poset: UnitGraph, units: _Units, cluster: Cluster) -> np.ndarray | None:
+def _pipedream_plan(poset: UnitGraph, units: _KernelArrays, cluster: Cluster) -> np.ndarray | None:
     """PipeDream's planner on the unit order, without replication.
 
     A stage ``[j, i)`` costs its compute; the activation crossing boundary ``j`` costs
@@ -716,6 +717,6 @@ def pipedream(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
     which pays every crossing producer and does not overlap. Status ``"feasible"``."""
     t0 = time.perf_counter()
     poset = unit_graph(graph, fold=True)
-    plan = _pipedream_plan(poset, _units(poset), cluster)
+    plan = _pipedream_plan(poset, _kernel_arrays(poset), cluster)
     status = "feasible" if plan is not None else no_feasible_status(graph, cluster)
     return _result("pipedream", graph, cluster, plan, status, t0, None, {"units": poset.size})

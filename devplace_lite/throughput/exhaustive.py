@@ -30,7 +30,7 @@ from ..devices import Cluster
 from .dp import DP_UNITS
 from ..errors import LimitError, UsageError
 from ..graph import Graph
-from ..methods import scalable
+from ..methods import PARTITION, scalable
 from ..result import Result
 from ..units import order_edges, order_vertices, unit_graph
 
@@ -124,7 +124,9 @@ def exhaustive(graph: Graph, cluster: Cluster, kind: str = "chain", limit: int =
     classes = unit_graph(graph, chain=False)  # colocation classes only: no reduction to trust
     units, U, D, k = classes.unit, classes.size, cluster.size, cluster.k
     if D ** U > limit:
-        other = "dp or ip" if U <= DP_UNITS else f"a method that scales ({scalable()})"
+        exact = " or ".join(name for name, m in PARTITION.items()
+                            if m.exact and m.split == "chain" and name != "exhaustive")
+        other = exact if U <= DP_UNITS else f"a method that scales ({scalable()})"
         raise LimitError(f"exhaustive search needs {D}^{U} assignments, over the limit of {limit:,}; "
                          f"use {other} for graphs this size")
     allowed = np.ones((U, D), dtype=bool)  # which devices each unit may use

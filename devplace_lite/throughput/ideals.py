@@ -36,9 +36,9 @@ import numpy as np
 
 from ..errors import LimitError
 from ..graph import Graph
+from ..methods import PARTITION
 from ..units import UnitGraph, unit_graph
 
-DEFAULT_LIMIT = 1_000_000
 #: Bytes of ideal bit sets `enumerate_ideals` may hold; past it the graph is refused up front.
 MASK_BYTES = 2**30
 
@@ -73,8 +73,7 @@ class Ideals:
 
 def _too_many(units: UnitGraph, limit: int) -> LimitError:
     return LimitError(f"graph {units.graph.name}: more than {limit:,} ideals ({units.size} units, "
-                      f"width {width(units)}); raise the limit or use a method that needs no ideals "
-                      f"(linear, kl, local-search, brkga, the bounds)")
+                      f"width {width(units)}); {PARTITION['dp'].reach.advice()}")
 
 
 def _check_size(poset: UnitGraph, limit: int) -> None:
@@ -85,17 +84,23 @@ def _check_size(poset: UnitGraph, limit: int) -> None:
         raise _too_many(poset, limit)
     if U * U / 16 > MASK_BYTES:
         raise LimitError(f"graph {poset.graph.name}: {U:,} units; its ideals would take more than "
-                         f"{U * U / 16 / 2**30:.0f} GiB (at most {MASK_BYTES / 2**30:.0f}); use a method "
-                         f"that needs no ideals (linear, kl, local-search, brkga, the bounds)")
+                         f"{U * U / 16 / 2**30:.0f} GiB (at most {MASK_BYTES / 2**30:.0f}); "
+                         f"{PARTITION['dp'].reach.advice()}")
 
 
-def enumerate_ideals(poset: UnitGraph, limit: int = DEFAULT_LIMIT) -> Ideals:
+def _limit(limit: int | None) -> int:
+    """``limit``, or by default the DP's reach (`devplace_lite.methods.PARTITION` ``dp``)."""
+    return PARTITION["dp"].reach.limit if limit is None else limit
+
+
+def enumerate_ideals(poset: UnitGraph, limit: int | None = None) -> Ideals:
     """Every ideal of the unit graph ``poset``, grown from the empty set one unit at a time, layer by layer.
 
     Raises `LimitError` up front when the ``U + 1`` prefix ideals pass ``limit`` or their bit
     sets pass `MASK_BYTES`, and as soon as more than ``limit`` ideals are found (memory grows
     about ``(U/8 + 150)`` bytes per ideal, so the limit also caps memory).
     """
+    limit = _limit(limit)
     _check_size(poset, limit)
     pmask = poset.pred_mask
     succ = poset.succ
@@ -184,12 +189,12 @@ def _poset(graph: Graph | UnitGraph) -> UnitGraph:
     return graph if isinstance(graph, UnitGraph) else unit_graph(graph, fold=True)
 
 
-def count_ideals(graph: Graph | UnitGraph, limit: int = DEFAULT_LIMIT) -> int | None:
+def count_ideals(graph: Graph | UnitGraph, limit: int | None = None) -> int | None:
     """Number of ideals of the unit graph (of a graph: with zero-time leaves folded), or
     ``None`` when over ``limit``. This is the number of states of the exact DP
     (`devplace_lite.throughput.dp`).
     """
-    return _count(_poset(graph), limit)
+    return _count(_poset(graph), _limit(limit))
 
 
 def width(graph: Graph | UnitGraph) -> int:

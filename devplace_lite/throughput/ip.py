@@ -74,8 +74,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -84,7 +82,8 @@ from ..devices import Cluster
 from ..errors import DevplaceError, LimitError, UsageError
 from ..graph import Graph
 from ..result import Result
-from ..units import UnitGraph, order_vertices, unit_graph
+from ..methods import PARTITION
+from ..units import UnitCosts, order_vertices, unit_graph
 from ..units import order_edges as _order_edges
 from ..mip.solve import LinearModel, Solution, check_solver, solve
 
@@ -102,124 +101,38 @@ def canonical_kind(kind: str) -> str:
     return k
 
 
-@dataclass
-class UnitData:
-    """The unit graph of a graph (`devplace_lite.units`, colocation classes, unordered) seen on
-    one cluster: what the formulations share.
-
-    ``cap``: a known upper bound on the optimum (the warm start's value). A unit whose time on
-    a device type exceeds it cannot sit there in any split at least as good, so the models
-    leave those columns out; when no unit may use a CPU core, the chain model drops its CPU
-    stages altogether.
-    """
-
-    graph: Graph
-    cluster: Cluster
-    cap: float = math.inf
-
-    @cached_property
-    def units(self) -> UnitGraph:
-        return unit_graph(self.graph, chain=False)
-
-    @property
-    def unit(self) -> np.ndarray:
-        return self.units.unit
-
-    @property
-    def U(self) -> int:
-        return self.units.size
-
-    @property
-    def p_acc(self) -> np.ndarray:
-        return self.units.pa
-
-    @property
-    def p_cpu(self) -> np.ndarray:
-        """CPU time of each unit (0 where a CPU may not run it: those columns are fixed to 0)."""
-        return self.units.pc
-
-    @property
-    def memory(self) -> np.ndarray:
-        return self.units.mem
-
-    @cached_property
-    def acc_ok(self) -> np.ndarray:
-        return ~self.units.bad_acc & (self.cluster.k > 0) & ~(self.p_acc > self.cap)
-
-    @cached_property
-    def cpu_ok(self) -> np.ndarray:
-        return ~self.units.bad_cpu & (self.cluster.l > 0) & ~(self.p_cpu > self.cap)
-
-    @cached_property
-    def allowed(self) -> np.ndarray:
-        """allowed[u, d]: unit u may run on device d (type and, for accelerators, memory)."""
-        k, D = self.cluster.k, self.cluster.size
-        a = np.zeros((self.U, D), dtype=bool)
-        a[:, :k] = (self.acc_ok & (self.memory <= self.cluster.memory))[:, None]
-        a[:, k:] = self.cpu_ok[:, None]
-        return a
-
-    @cached_property
-    def comm_pairs(self) -> tuple[list[int], list[tuple[int, int]]]:
-        """Producers whose output can cross a device boundary (comm > 0, an edge to another
-        unit), and the distinct (producer row, consumer unit) pairs of those edges."""
-        g, u = self.graph, self.unit
-        rows: dict[int, int] = {}
-        pairs: set[tuple[int, int]] = set()
-        for p, w in zip(g.src.tolist(), g.dst.tolist()):
-            if g.comm[p] > 0 and u[p] != u[w]:
-                pairs.add((rows.setdefault(p, len(rows)), int(u[w])))
-        return list(rows), sorted(pairs)
-
-    @cached_property
-    def order_edges(self) -> list[tuple[int, int]]:
-        """The node pairs every split shape is asked of: the forward graph with stand-ins for
-        backward-only classes (`devplace_lite.units.order_edges`)."""
-        s, t = _order_edges(self.graph)
-        return list(zip(s.tolist(), t.tolist()))
-
-    @cached_property
-    def unit_order(self) -> np.ndarray:
-        """Units by their first node in the graph's topological order (forward nodes first)."""
-        g = self.graph
-        pos = np.empty(g.n, dtype=np.int64)
-        pos[g.topological_order()] = np.arange(g.n)
-        key = pos + g.n * g.backward.astype(np.int64)
-        first = np.full(self.U, np.iinfo(np.int64).max)
-        np.minimum.at(first, self.unit, key)
-        return np.argsort(first, kind="stable")
-
-    def unit_devices(self, assignment: np.ndarray) -> np.ndarray:
-        dev = np.empty(self.U, dtype=np.int64)
-        dev[self.unit] = assignment
-        return dev
-
-    @cached_property
-    def memory_binds(self) -> bool:
-        """Whether a memory row can ever bind (else the models leave them out)."""
-        return math.isfinite(self.cluster.memory) and self.memory.sum() > self.cluster.memory
-
-    @cached_property
-    def memory_share(self) -> np.ndarray:
-        """Unit memory as a share of the cap: memory rows read ``sum share x <= 1``, so bytes
-        (1e9) and milliseconds (1e-3) do not meet in one badly scaled matrix."""
-        return self.memory / self.cluster.memory
-
-    def lower_bound(self) -> float:
-        """max(largest unit, total work / devices), each unit at its cheapest allowed device."""
-        cheapest = np.minimum(np.where(self.acc_ok, self.p_acc, np.inf), np.where(self.cpu_ok, self.p_cpu, np.inf))
-        if not len(cheapest) or not np.all(np.isfinite(cheapest)):
-            return 0.0
-        return float(max(cheapest.max(), cheapest.sum() / self.cluster.size))
+def comm_pairs(data: UnitCosts) -> tuple[list[int], list[tuple[int, int]]]:
+    """Producers whose output can cross a device boundary (comm > 0, an edge to another unit),
+    and the distinct (producer row, consumer unit) pairs of those edges."""
+    g, u = data.graph, data.unit
+    rows: dict[int, int] = {}
+    pairs: set[tuple[int, int]] = set()
+    for p, w in zip(g.src.tolist(), g.dst.tolist()):
+        if g.comm[p] > 0 and u[p] != u[w]:
+            pairs.add((rows.setdefault(p, len(rows)), int(u[w])))
+    return list(rows), sorted(pairs)
 
 
-def canonical_labels(data: UnitData, assignment: np.ndarray) -> np.ndarray:
+def order_pairs(graph: Graph) -> list[tuple[int, int]]:
+    """The node pairs every split shape is asked of: the forward graph with stand-ins for
+    backward-only classes (`devplace_lite.units.order_edges`)."""
+    s, t = _order_edges(graph)
+    return list(zip(s.tolist(), t.tolist()))
+
+
+def memory_share(data: UnitCosts) -> np.ndarray:
+    """Unit memory as a share of the cap: memory rows read ``sum share x <= 1``, so bytes (1e9)
+    and milliseconds (1e-3) do not meet in one badly scaled matrix."""
+    return data.mem / data.cluster.memory
+
+
+def canonical_labels(data: UnitCosts, assignment: np.ndarray) -> np.ndarray:
     """The same split with accelerators (and CPU cores) renumbered by first use in unit order."""
     k = data.cluster.k
-    dev = data.unit_devices(assignment)
+    dev = data.units.unit_devices(assignment)
     relabel: dict[int, int] = {}
     n_acc = n_cpu = 0
-    for u in data.unit_order.tolist():
+    for u in data.units.first_order.tolist():
         d = int(dev[u])
         if d not in relabel:
             if d < k:
@@ -233,17 +146,17 @@ def canonical_labels(data: UnitData, assignment: np.ndarray) -> np.ndarray:
 class _DeviceModel:
     """``x[u,d]`` formulation: the contiguous and non-contiguous flavours."""
 
-    def __init__(self, data: UnitData, contiguous: bool, symmetry: bool | str) -> None:
+    def __init__(self, data: UnitCosts, contiguous: bool, symmetry: bool | str) -> None:
         self.data, self.contiguous = data, contiguous
         c, U = data.cluster, data.U
         k, D = c.k, c.size
         m = self.model = LinearModel()
         ub = data.allowed.astype(float)
         if symmetry:
-            for ok, lo, hi in ((data.acc_ok, 0, k), (data.cpu_ok, k, D)):
-                rank = np.cumsum(ok[data.unit_order]) - 1  # rank among units this type may run
+            for ok, lo, hi in ((data.acc_supported, 0, k), (data.cpu_ok, k, D)):
+                rank = np.cumsum(ok[data.units.first_order]) - 1  # rank among units this type may run
                 r = np.empty(U, dtype=np.int64)
-                r[data.unit_order] = rank
+                r[data.units.first_order] = rank
                 for d in range(lo, hi):
                     ub[(d - lo) > r, d] = 0.0
         self.x = m.add_vars((U, D), ub=ub, integer=True)
@@ -252,7 +165,7 @@ class _DeviceModel:
             self._order_parts()
         self.T = m.add_vars(1)[0]
         m.obj[self.T] = 1.0
-        producers, pairs = data.comm_pairs
+        producers, pairs = comm_pairs(data)
         self.producers = producers
         self.y = m.add_vars((len(producers), k), ub=1.0)
         x, y, T = self.x, self.y, self.T
@@ -265,14 +178,15 @@ class _DeviceModel:
                 m.add_row([(y[r, d], 1.0), (x[up, d], -1.0), (x[w, d], 1.0)], lo=0.0)
                 m.add_row([(y[r, d], 1.0), (x[up, d], 1.0), (x[w, d], -1.0)], lo=0.0)
         comm = data.graph.comm[producers] if producers else np.zeros(0)
+        share = memory_share(data)
         for d in range(D):
             if d < k:
-                m.add_row([(x[u, d], data.p_acc[u]) for u in range(U)]
+                m.add_row([(x[u, d], data.pa[u]) for u in range(U)]
                           + [(y[r, d], comm[r]) for r in range(len(producers))] + [(T, -1.0)], hi=0.0)
                 if data.memory_binds:
-                    m.add_row([(x[u, d], data.memory_share[u]) for u in range(U)], hi=1.0)
+                    m.add_row([(x[u, d], share[u]) for u in range(U)], hi=1.0)
             else:
-                m.add_row([(x[u, d], data.p_cpu[u]) for u in range(U)] + [(T, -1.0)], hi=0.0)
+                m.add_row([(x[u, d], data.pc[u]) for u in range(U)] + [(T, -1.0)], hi=0.0)
         if contiguous:
             keep = order_vertices(data.graph)
             self.fwd = np.flatnonzero(keep)
@@ -284,7 +198,7 @@ class _DeviceModel:
             for i, v in enumerate(self.fwd.tolist()):
                 for d in range(D):
                     m.add_row([(z[i, d], 1.0), (x[unit[v], d], -1.0)], lo=0.0)
-            for a, b in data.order_edges:
+            for a, b in order_pairs(data.graph):
                 ia, ib = col[a], col[b]
                 for d in range(D):
                     m.add_row([(z[ib, d], 1.0), (z[ia, d], -1.0)], hi=0.0)
@@ -300,8 +214,8 @@ class _DeviceModel:
         sparse through running sums ``s[i, d]`` = units among the first ``i`` on part ``d``."""
         data, m, x = self.data, self.model, self.x
         k, D = data.cluster.k, data.cluster.size
-        for ok, lo, hi in ((data.acc_ok, 0, k), (data.cpu_ok, k, D)):
-            L = [u for u in data.unit_order.tolist() if ok[u]]
+        for ok, lo, hi in ((data.acc_supported, 0, k), (data.cpu_ok, k, D)):
+            L = [u for u in data.units.first_order.tolist() if ok[u]]
             if hi - lo < 2 or len(L) < 2:
                 continue
             s = m.add_vars((len(L) + 1, hi - lo - 1))  # s[i, j]: on part lo + j among L[:i]
@@ -320,7 +234,7 @@ class _DeviceModel:
         data, g = self.data, self.data.graph
         k, D = data.cluster.k, data.cluster.size
         v = np.zeros(self.model.n_vars)
-        dev = data.unit_devices(assignment)
+        dev = data.units.unit_devices(assignment)
         v[self.x[np.arange(data.U), dev]] = 1.0
         for r, p in enumerate(self.producers):
             for w in g.succ[p]:
@@ -337,7 +251,7 @@ class _DeviceModel:
         if self.contiguous:
             keep = order_vertices(g)
             succ: list[list[int]] = [[] for _ in range(g.n)]
-            for a, b in data.order_edges:
+            for a, b in order_pairs(data.graph):
                 succ[a].append(b)
             for d in range(D):
                 inside = (assignment == d) & keep
@@ -362,7 +276,7 @@ class _StageModel:
     a stage's type (that choice made the relaxation both weak and slow to solve).
     """
 
-    def __init__(self, data: UnitData) -> None:
+    def __init__(self, data: UnitCosts) -> None:
         self.data = data
         c, U = data.cluster, data.U
         k = c.k
@@ -385,10 +299,10 @@ class _StageModel:
             for s in range(S - 1):
                 m.add_row([(g[u, s], 1.0), (g[u, s + 1], -1.0)], hi=0.0)
             for s in range(S):  # a unit only in stages of a type that may run it
-                if not (data.acc_ok[u] if self.is_acc[s] else data.cpu_ok[u]):
+                if not (data.acc_supported[u] if self.is_acc[s] else data.cpu_ok[u]):
                     m.add_row(member(u, s), hi=0.0)
         unit = data.unit
-        prec = sorted({(int(unit[a]), int(unit[b])) for a, b in data.order_edges if unit[a] != unit[b]})
+        prec = sorted({(int(unit[a]), int(unit[b])) for a, b in order_pairs(data.graph) if unit[a] != unit[b]})
         for ua, ub_ in prec:
             for s in range(S - 1):
                 m.add_row([(g[ub_, s], 1.0), (g[ua, s], -1.0)], hi=0.0)
@@ -398,7 +312,7 @@ class _StageModel:
                 for u in np.flatnonzero(data.cpu_ok).tolist():
                     m.add_row([(self.used[i], 1.0)] + [(c_, -v) for c_, v in member(u, s)], lo=0.0)
             m.add_row([(self.used[i], 1.0) for i in range(len(cpu_slots))], hi=float(l))
-        producers, pairs = data.comm_pairs
+        producers, pairs = comm_pairs(data)
         self.producers = producers
         comm = data.graph.comm[producers] if producers else np.zeros(0)
         acc_slots = np.flatnonzero(self.is_acc)
@@ -409,15 +323,15 @@ class _StageModel:
                 diff = member(up, s) + [(c_, -v) for c_, v in member(w, s)]
                 m.add_row([(self.y[r, s], 1.0)] + [(c_, -v) for c_, v in diff], lo=0.0)
                 m.add_row([(self.y[r, s], 1.0)] + diff, lo=0.0)
-        cpu_total = []
+        cpu_total, share = [], memory_share(data)
         for s in range(S):
             if self.is_acc[s]:
-                terms = [(c_, data.p_acc[u] * v) for u in range(U) for c_, v in member(u, s)]
+                terms = [(c_, data.pa[u] * v) for u in range(U) for c_, v in member(u, s)]
                 terms += [(self.y[r, s], comm[r]) for r in range(len(producers))]
                 if data.memory_binds:
-                    m.add_row([(c_, data.memory_share[u] * v) for u in range(U) for c_, v in member(u, s)], hi=1.0)
+                    m.add_row([(c_, share[u] * v) for u in range(U) for c_, v in member(u, s)], hi=1.0)
             else:
-                terms = [(c_, data.p_cpu[u] * v) for u in range(U) for c_, v in member(u, s)]
+                terms = [(c_, data.pc[u] * v) for u in range(U) for c_, v in member(u, s)]
                 cpu_total += terms
             m.add_row(terms + [(T, -1.0)], hi=0.0)
         if l and len(cpu_slots) > l:  # the used CPU slots carry at most l T between them
@@ -452,7 +366,7 @@ class _StageModel:
                 slot_of[d] = gap * (l + 1) + in_gap
                 in_gap += 1
         v = np.zeros(self.model.n_vars)
-        dev = data.unit_devices(assignment)
+        dev = data.units.unit_devices(assignment)
         stage = np.array([slot_of[int(d)] for d in dev], dtype=np.int64)
         v[self.g] = (np.arange(self.S)[None, :] >= stage[:, None]).astype(float)
         if l:
@@ -510,7 +424,7 @@ def _dp_split(graph: Graph, cluster: Cluster, budget: float) -> tuple[str, np.nd
     return name, r.assignment
 
 
-def _pick_start(data: UnitData, kind: str, warm_start, symmetry: bool, budget: float):
+def _pick_start(data: UnitCosts, kind: str, warm_start, symmetry: bool, budget: float):
     """The best feasible warm start for this flavour, relabelled for the symmetry rows."""
     graph, cluster = data.graph, data.cluster
     if warm_start is None or warm_start is False:
@@ -532,11 +446,6 @@ def _pick_start(data: UnitData, kind: str, warm_start, symmetry: bool, budget: f
     if symmetry and kind != "chain":  # the labelling the symmetry rows keep
         a = canonical_labels(data, a)
     return name, a
-
-
-#: Largest ``units x devices`` for which `throughput_ip` builds its model (the published workloads
-#: need at most about 7,000; 20,000 nodes on 5 devices took minutes and GBs to build).
-MAX_BINARIES = 20_000
 
 
 # -- the method ------------------------------------------------------------------------------------
@@ -577,7 +486,7 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
     kind = canonical_kind(kind)
     solver = check_solver(solver)
     method = {"chain": "ip", "contiguous": "ip-contig", "noncontiguous": "ip-noncontig"}[kind]
-    data = UnitData(graph, cluster)
+    data = unit_graph(graph, chain=False).on(cluster)
     extra = {"kind": kind, "solver": solver}
     if data.U == 0:
         return Result(method, graph, cluster, np.zeros(0, dtype=np.int64), 0.0, "optimal", 0.0, bound=0.0, extra=extra)
@@ -587,23 +496,22 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         extra["reason"] = f"node {v} fits on no device (memory, support or CPU time)"
         return Result(method, graph, cluster, None, None, "infeasible", time.perf_counter() - t0, extra=extra)
     budget = 10.0 if time_limit is None else 0.2 * time_limit  # for the DP's warm start
-    binaries = data.U * cluster.size
-    if binaries > MAX_BINARIES:  # the model alone would take minutes and gigabytes to build
-        why = (f"{binaries:,} unit-device binaries, more than {MAX_BINARIES:,}: the integer program is not "
+    binaries, reach = data.U * cluster.size, PARTITION[method].reach
+    if binaries > reach.limit:  # the model alone would take minutes and gigabytes to build
+        why = (f"{binaries:,} unit-device binaries, more than {reach.limit:,}: the integer program is not "
                f"built for graphs this large")
         if time_limit is not None and isinstance(warm_start, str) and warm_start == "auto":
             from .baselines import balance_by_time, single_device  # one linear-time start, not every one
             warm_start = (balance_by_time if cluster.k else single_device)(graph, cluster)
         start = None if time_limit is None else _pick_start(data, kind, warm_start, symmetry, budget)
         if time_limit is None or start is None:
-            raise LimitError(f"graph {graph.name}: {why}; give --time-limit to get the best warm start "
-                             f"with a bound, or use a method that scales (time, greedy, topo-fill, kl, local-search)")
+            raise LimitError(f"graph {graph.name}: {why}; {reach.advice()}")
         extra.update(reason=why, warm_start=start[0])
         return Result(method, graph, cluster, start[1], float(evaluate(graph, cluster, start[1]).max_load),
                       "time_limit", time.perf_counter() - t0, bound=data.lower_bound(), extra=extra)
     start = _pick_start(data, kind, warm_start, symmetry, budget)
     if start is not None:  # nothing better may put a unit where it alone takes longer than the start
-        data = UnitData(graph, cluster, cap=float(evaluate(graph, cluster, start[1]).max_load))
+        data = data.units.on(cluster, cap=float(evaluate(graph, cluster, start[1]).max_load))
     form = _StageModel(data) if kind == "chain" else _DeviceModel(data, kind == "contiguous", symmetry)
     if bound_cut:
         from .bounds import combinatorial_bound
@@ -633,7 +541,7 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
     return _result(method, data, kind, form, sol, start, t0, extra)
 
 
-def _result(method: str, data: UnitData, kind: str, form, sol: Solution, start, t0: float, extra: dict) -> Result:
+def _result(method: str, data: UnitCosts, kind: str, form, sol: Solution, start, t0: float, extra: dict) -> Result:
     graph, cluster = data.graph, data.cluster
     seconds = lambda: time.perf_counter() - t0  # noqa: E731
     if sol.status == "infeasible":
@@ -682,4 +590,4 @@ def ip_noncontiguous(graph: Graph, cluster: Cluster, *, time_limit: float | None
 
 
 __all__ = ["KINDS", "throughput_ip", "ip_chain", "ip_contiguous", "ip_noncontiguous", "warm_candidates",
-           "canonical_labels", "UnitData"]
+           "canonical_labels", "comm_pairs", "order_pairs"]

@@ -27,7 +27,8 @@ import numpy as np
 from ..devices import Cluster
 from ..graph import Graph
 from ..units import order_vertices
-from .ip import UnitData, canonical_kind
+from ..units import unit_graph
+from .ip import canonical_kind, comm_pairs, order_pairs
 
 
 def _edge_arrays(pairs):
@@ -47,13 +48,13 @@ def throughput_problem(graph: Graph, cluster: Cluster, kind: str = "contiguous",
     import cvxpy as cp
 
     kind = canonical_kind(kind)
-    d = UnitData(graph, cluster)
+    d = unit_graph(graph, chain=False).on(cluster)
     k, l, D, U = cluster.k, cluster.l, cluster.size, d.U
-    producers, pairs = d.comm_pairs
+    producers, pairs = comm_pairs(d)
     r, w = _edge_arrays(pairs)              # producer row r feeds unit w
     up = d.unit[np.array(producers, dtype=np.int64)][r] if len(r) else r  # the producer's unit
     c = graph.comm[producers] if producers else np.zeros(0)
-    fwd = [(d.unit[a], d.unit[b]) for a, b in d.order_edges if d.unit[a] != d.unit[b]]
+    fwd = [(d.unit[a], d.unit[b]) for a, b in order_pairs(graph) if d.unit[a] != d.unit[b]]
     T = cp.Variable(nonneg=True)
 
     if kind != "chain":
@@ -65,17 +66,17 @@ def throughput_problem(graph: Graph, cluster: Cluster, kind: str = "contiguous",
             rows += [y[r] >= x[up, :k] - x[w, :k],            # output leaves the device
                      y[r] >= x[w, :k] - x[up, :k]]            # output enters the device
         if k:
-            rows += [d.p_acc @ x[:, :k] + c @ y <= T]         # accelerator loads
+            rows += [d.pa @ x[:, :k] + c @ y <= T]         # accelerator loads
             if math.isfinite(cluster.memory):
-                rows += [d.memory @ x[:, :k] <= cluster.memory]
+                rows += [d.mem @ x[:, :k] <= cluster.memory]
         if l:
-            rows += [d.p_cpu @ x[:, k:] <= T]                 # CPU loads
+            rows += [d.pc @ x[:, k:] <= T]                 # CPU loads
         variables = {"x": x, "y": y, "T": T}
         if kind == "contiguous":
             fwd_nodes = np.flatnonzero(order_vertices(graph))  # forward nodes and stand-ins
             col = -np.ones(graph.n, dtype=np.int64)
             col[fwd_nodes] = np.arange(len(fwd_nodes))
-            a_, b_ = _edge_arrays(d.order_edges)
+            a_, b_ = _edge_arrays(order_pairs(graph))
             z = cp.Variable((len(fwd_nodes), D), nonneg=True)
             rows += [z <= 1, z >= x[d.unit[fwd_nodes]]]       # z contains the part...
             if len(a_):
@@ -95,19 +96,19 @@ def throughput_problem(graph: Graph, cluster: Cluster, kind: str = "contiguous",
     a_, b_ = _edge_arrays(fwd)
     if len(a_):
         rows += [g[b_] <= g[a_]]                              # nothing runs before what it reads
-    rows += [member[~d.acc_ok][:, acc] == 0] if (~d.acc_ok).any() and len(acc) else []
+    rows += [member[~d.acc_supported][:, acc] == 0] if (~d.acc_supported).any() and len(acc) else []
     rows += [member[~d.cpu_ok][:, cpu] == 0] if (~d.cpu_ok).any() and len(cpu) else []
     y = cp.Variable((len(producers), S), nonneg=True)
     if k:
         if len(r):
             rows += [y[r][:, acc] >= member[up][:, acc] - member[w][:, acc],
                      y[r][:, acc] >= member[w][:, acc] - member[up][:, acc]]
-        rows += [d.p_acc @ member[:, acc] + c @ y[:, acc] <= T]
+        rows += [d.pa @ member[:, acc] + c @ y[:, acc] <= T]
         if math.isfinite(cluster.memory):
-            rows += [d.memory @ member[:, acc] <= cluster.memory]
+            rows += [d.mem @ member[:, acc] <= cluster.memory]
     if l:
         used = cp.Variable(len(cpu), nonneg=True)             # CPU slot holds anything
         ones = np.ones((int(d.cpu_ok.sum()), 1))
-        rows += [d.p_cpu @ member[:, cpu] <= T, used <= 1, cp.sum(used) <= l,
+        rows += [d.pc @ member[:, cpu] <= T, used <= 1, cp.sum(used) <= l,
                  member[d.cpu_ok][:, cpu] <= ones @ cp.reshape(used, (1, len(cpu)), order="C")]
     return cp.Problem(cp.Minimize(T), rows), {"g": g, "y": y, "T": T, "stage_is_acc": is_acc}

@@ -42,7 +42,7 @@ from ..devices import Cluster
 from ..errors import GraphError, LimitError, UsageError
 from ..graph import Graph
 from ..methods import scalable
-from ..units import UnitGraph, free_nodes, unit_graph
+from ..units import UnitGraph, cluster_units
 
 _SKIP_ACC, _SKIP_CPU, _ACC, _CPU = 0, 1, 2, 3
 #: Most accelerator blocks (8 bytes each) one slicing stores.
@@ -163,21 +163,20 @@ def _dp(U, k, l, acc_end, acc_offs, acc_cost, cpu_prefix, cpu_end, cutoff):
 class Slicer:
     """Optimal slicing of unit orders for one graph and cluster (the data prepared once).
 
-    ``units``: the unit graph to slice (default: `devplace_lite.units.unit_graph` with the
+    ``units``: the unit graph to slice (default: `devplace_lite.units.cluster_units`, with the
     units this cluster makes free folded in, which changes no optimum).
     """
 
     def __init__(self, graph: Graph, cluster: Cluster, units: UnitGraph | None = None) -> None:
         self.graph, self.cluster = graph, cluster
-        if units is None:
-            free = free_nodes(graph, memory=math.isfinite(cluster.memory), cpu=cluster.l > 0)
-            units = unit_graph(graph, fold=free)
-        self.units = u = units
+        costs = self.costs = cluster_units(graph, cluster) if units is None else units.on(cluster)
+        self.units = u = costs.units
         self.cap = float(cluster.memory) if math.isfinite(cluster.memory) else np.inf
-        self.pa, self.mem = u.pa.astype(np.float64), u.mem.astype(np.float64)
-        self.acc_bad = (u.bad_acc | (u.mem > self.cap) | (cluster.k == 0)).astype(np.int64)
-        self.cpu_bad = (u.bad_cpu | (cluster.l == 0)).astype(np.int64)
-        self.pc = np.where(self.cpu_bad, 0.0, u.pc)
+        # the kernel's array types of the view's costs
+        self.pa, self.mem = costs.pa.astype(np.float64), costs.mem.astype(np.float64)
+        self.acc_bad = (~costs.acc_ok).astype(np.int64)
+        self.cpu_bad = (~costs.cpu_ok).astype(np.int64)
+        self.pc = np.where(costs.cpu_ok, costs.pc, 0.0)
         hp, _, h_cost = u.hyperedges
         self.h_cost = np.ascontiguousarray(h_cost, dtype=np.float64)
         self.h_size = np.diff(hp).astype(np.int64)

@@ -31,7 +31,8 @@ from typing import Callable
 from ...devices import Cluster
 from ...graph import Graph
 from ...errors import LimitError
-from .best import SEARCH_UNITS, _quick_upper, best_bound
+from ...methods import BOUND
+from .best import _quick_upper, best_bound
 from ...result import Bound
 from .combinatorial import classic_bound, combinatorial_bound, neighbourhood
 from .single_stage import pinned_bound, reach_bound
@@ -48,9 +49,10 @@ __all__ = ["Bound", "UnitModel", "best_bound", "classic_bound", "combinatorial_b
 def _fits_mips(graph: Graph, name: str) -> None:
     """Refuse up front a graph too large for the MIP bounds (models of ``2U`` binaries and more,
     built before any time limit can act; the reach bound keeps a ``U x U`` ancestor table)."""
-    if graph.n > SEARCH_UNITS:
-        raise LimitError(f"graph {graph.name}: {graph.n:,} nodes, more than the {SEARCH_UNITS:,} the MIP bound "
-                         f"{name} is built for; use --method combinatorial or best (which falls back to it)")
+    reach = BOUND[name].reach
+    if graph.n > reach.limit:
+        raise LimitError(f"graph {graph.name}: {graph.n:,} nodes, more than the {reach.limit:,} the MIP bound "
+                         f"{name} is built for; {reach.advice()}")
 
 
 def _start(graph: Graph, cluster: Cluster, name: str, on_progress: Report) -> Bound:

@@ -16,7 +16,7 @@ The order is cheapest first, and each step starts from what the previous ones pr
 7. the exact ordered-stage MIP when the instance is small (``U (k + l) <= 2000`` binaries),
    with whatever time is left; its incumbent can also lower the upper bound.
 
-Graphs of more than `SEARCH_UNITS` units get steps 1 and 4 only (the DP with the whole budget).
+Graphs past the entry's reach (`devplace_lite.methods.BOUND` ``best``) get steps 1 and 4 only (the DP with the whole budget).
 Steps 3-7 bound the chain-of-ideals optimum only; with ``kind="any"`` (a placement that need not
 be a pipeline, e.g. from a non-contiguous IP) only step 1 applies.
 
@@ -41,6 +41,7 @@ from ..brkga import brkga
 from ...devices import Cluster
 from ...errors import LimitError, UsageError
 from ...graph import Graph
+from ...methods import BOUND
 from ...result import Bound
 from .combinatorial import combinatorial_bound, neighbourhood
 from .single_stage import pinned_bound, reach_bound
@@ -61,9 +62,8 @@ DP_IDEALS = 50_000
 #: take 15-20 s of CPU at any k), the relaxations after it still get the rest.
 DP_SHARE = 0.3
 #: Steps 2, 3 and 5-7 (order search, MIPs over ``2U`` binaries, an ``O(U^2)`` ancestor table)
-#: are tried on graphs with at most this many units; larger ones get the combinatorial bound
-#: and the DP.
-SEARCH_UNITS = 5_000
+#: are tried on graphs within the registry entry's reach (`devplace_lite.methods.BOUND` ``best``);
+#: larger ones get the combinatorial bound and the DP.
 
 
 def _quick_upper(graph: Graph, cluster: Cluster, time_limit: float) -> float:
@@ -162,13 +162,14 @@ def best_bound(graph: Graph, cluster: Cluster, *, time_limit: float | None = Non
             raise_lo(exact.objective)
         return exact.status == "infeasible"
 
-    if model.U > SEARCH_UNITS:  # steps 2, 3 and 5-7 do not scale there: the DP has it all
+    reach = BOUND["best"].reach
+    if model.U > reach.limit:  # steps 2, 3 and 5-7 do not scale there: the DP has it all
         if use_dp and not closed() and exact_dp(left()):
             return Bound(math.inf, "best", time.perf_counter() - t0, "infeasible", kind="chain",
                          extra={"components": parts, "tight": True})
         return Bound(lo, "best", time.perf_counter() - t0, "optimal" if closed() else "time_limit", kind="chain",
                      extra={"components": parts, "upper": ub if math.isfinite(ub) else None, "tight": closed(),
-                            "skipped": f"steps 2, 3, 5-7: more than {SEARCH_UNITS:,} units"})
+                            "skipped": f"more than {reach.limit:,} units: {reach.past}"})
     if not closed():
         ub = min(ub, _quick_upper(graph, cluster, 0.1 * left()))
     if not closed() and left() > 0:

@@ -1,9 +1,11 @@
-"""The instance every bound works on: the unit graph (`devplace_lite.units`) seen on a cluster.
+"""The instance every bound works on: the per-cluster unit view (`devplace_lite.units.UnitCosts`)
+numbered sinks first, in the arrays the bounds' MIPs are built from.
 
 The units are those of the library's one unit model, with the free leaves the cluster makes
-free folded in: a unit that costs nothing here (``p_acc = 0``, ``p_cpu = 0`` when the cluster has
-CPU cores, no memory when memory is capped, runnable on an accelerator) and touches exactly one
-other unit joins it, which changes no optimum. ``chain=True`` keeps the order a chain split
+free folded in (`devplace_lite.units.cluster_units`): a unit that costs nothing here
+(``p_acc = 0``, ``p_cpu = 0`` when the cluster has CPU cores, no memory when memory is capped,
+runnable on an accelerator) and touches exactly one other unit joins it, which changes no
+optimum. Every cost and every "may run there" comes from that view; this module only renumbers. ``chain=True`` keeps the order a chain split
 must respect (forward cycles fused, stand-ins for backward-only classes ordered by their
 mirrored backward edges); ``chain=False`` gives the unordered units of splits of any shape.
 
@@ -22,21 +24,20 @@ Example
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...devices import Cluster
 from ...graph import Graph
-from ...units import UnitGraph, free_nodes, unit_graph
+from ...units import UnitCosts, UnitGraph, cluster_units
 
 
 @dataclass
 class UnitModel:
-    """`UnitGraph` of ``graph`` on ``cluster`` (see the module docstring).
+    """`UnitCosts` of ``graph`` on ``cluster``, numbered sinks first (see the module docstring).
 
-    Attributes: ``units`` (the unit graph), ``unit`` (unit of each node), ``U``; per unit ``pa``
+    Attributes: ``costs`` (the view), ``units`` (its unit graph), ``unit`` (unit of each node), ``U``; per unit ``pa``
     (accelerator time), ``pc`` (CPU time, ``nan`` when a node of it has none), ``mem``,
     ``acc_ok`` (may sit on an accelerator: supported and within the memory cap), ``cpu_ok`` (the
     cluster has cores and every node has a CPU time); ``prec`` (P, 2) arcs between units (units
@@ -48,12 +49,12 @@ class UnitModel:
     graph: Graph
     cluster: Cluster
     chain: bool = True
+    costs: UnitCosts = field(init=False, repr=False)
     units: UnitGraph = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        g, c = self.graph, self.cluster
-        free = free_nodes(g, memory=math.isfinite(c.memory), cpu=c.l > 0)
-        u = self.units = unit_graph(g, fold=free, chain=self.chain)
+        costs = self.costs = cluster_units(self.graph, self.cluster, self.chain)
+        u = self.units = costs.units
         # The MIPs take the units sinks first (unit x here is unit U-1-x of the unit graph):
         # HiGHS's branch and bound is sensitive to the column order, and this is the order the
         # bounds were measured with (benchmarks/bounds; chapter 05's two-stage GPT model is
@@ -63,8 +64,8 @@ class UnitModel:
         self.unit = flip[u.unit]
         self.pa, self.mem = u.pa[::-1].copy(), u.mem[::-1].copy()
         self.pc = np.where(u.bad_cpu, np.nan, u.pc)[::-1].copy()
-        self.acc_ok = (~u.bad_acc & (u.mem <= c.memory) & (c.k > 0))[::-1].copy()
-        self.cpu_ok = (~u.bad_cpu & (c.l > 0))[::-1].copy()
+        self.acc_ok = costs.acc_ok[::-1].copy()
+        self.cpu_ok = costs.cpu_ok[::-1].copy()
         self.prec = flip[u.arcs] if len(u.arcs) else u.arcs
         ptr, members, self.h_cost = u.hyperedges
         members = flip[members]

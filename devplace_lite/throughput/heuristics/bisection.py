@@ -50,7 +50,7 @@ from ...cost import device_loads
 from ...devices import Cluster
 from ...graph import Graph
 from ...result import Result
-from .blocks import Blocks, block_structure, pinned_device
+from .blocks import Blocks, block_structure
 from .common import finish
 from .incremental import LoadState
 from .intervals import BothWays
@@ -78,10 +78,11 @@ def kl(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed:
     """
     t0 = time.perf_counter()
     blocks = block_structure(graph)
-    pinned = pinned_device(graph, cluster, blocks)
+    costs = blocks.units.on(cluster)
+    pinned = costs.pinned
     on_acc = cluster.k > 0
-    work = blocks.sums(np.where(graph.supported, graph.p_acc, np.nan) if on_acc else graph.p_cpu)
-    mem = blocks.sums(graph.memory)
+    work = costs.acc_time if on_acc else costs.cpu_time
+    mem = costs.mem
     cap = cluster.memory if on_acc else math.inf
     free = blocks.order[pinned[blocks.order] < 0]
     best = None
@@ -124,7 +125,7 @@ def _cpu_options(graph: Graph, cluster: Cluster, blocks: Blocks, free: np.ndarra
     if not (cluster.k and cluster.l) or not len(free):
         return options
     k, G = cluster.k, len(free)
-    cpu = blocks.sums(graph.p_cpu)[free]
+    cpu = blocks.units.on(cluster).cpu_time[free]
     cpu_fin = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(cpu), cpu, 0.0))])
     cpu_inf = np.concatenate([[0], np.cumsum(~np.isfinite(cpu))])
 

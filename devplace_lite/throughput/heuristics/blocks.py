@@ -24,7 +24,6 @@ from functools import cached_property
 
 import numpy as np
 
-from ...devices import Cluster
 from ...graph import Graph
 from ...units import UnitGraph, unit_graph
 
@@ -109,14 +108,3 @@ class Blocks:
 def block_structure(graph: Graph) -> Blocks:
     """The blocks of ``graph`` (see the module docstring)."""
     return Blocks(unit_graph(graph))
-
-
-def pinned_device(graph: Graph, cluster: Cluster, blocks: Blocks) -> np.ndarray:
-    """``-1`` for a block free to go anywhere, else the device it must use: ``cpu0`` when some
-    node of it cannot run on an accelerator (a cluster without CPU cores keeps it on ``acc0``,
-    where the evaluator reports the violation)."""
-    out = np.full(blocks.count, -1, dtype=np.int64)
-    if cluster.k == 0:  # every device is a CPU core: nothing to pin
-        return out
-    out[blocks.units.bad_acc] = cluster.k if cluster.l else 0
-    return out

@@ -55,12 +55,12 @@ class LoadState:
         self.count = np.zeros((n, D), dtype=np.int64)
         np.add.at(self.count, (graph.src, self.a[graph.dst]), 1)
         # per-block work on an accelerator and on a CPU core (inf where not allowed)
-        acc = np.where(graph.supported, graph.p_acc, np.inf)
-        work = np.stack([blocks.sums(graph.p_cpu), blocks.sums(acc)], axis=1)  # column = is_acc
+        costs = blocks.units.on(cluster)
+        work = np.stack([costs.cpu_time, costs.acc_time], axis=1)  # column = is_acc
         # a block where it may not run counts apart, so that moving it out restores finite loads
         self.forbidden = np.isinf(work)
         self.work = np.where(self.forbidden, 0.0, work)
-        self.mem = blocks.sums(graph.memory)
+        self.mem = costs.mem
         col = self.is_acc[self.block_device].astype(int)
         rows = np.arange(blocks.count)
         self.compute = np.bincount(self.block_device, weights=self.work[rows, col], minlength=D)[:D].astype(float)

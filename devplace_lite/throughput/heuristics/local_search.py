@@ -52,7 +52,7 @@ from ...devices import Cluster
 from ...errors import GraphError, UsageError
 from ...graph import Graph
 from ...result import Result
-from .blocks import Blocks, block_structure, pinned_device
+from .blocks import Blocks, block_structure
 from .common import finish
 from .incremental import LoadState
 from .intervals import IntervalLoads
@@ -117,7 +117,7 @@ class _Search:
                  rng: np.random.Generator) -> None:
         self.g, self.c, self.b, self.kind, self.rng = graph, cluster, blocks, kind, rng
         self.st = LoadState(graph, cluster, blocks, labels)
-        self.pinned = pinned_device(graph, cluster, blocks) >= 0
+        self.pinned = blocks.units.on(cluster).pinned >= 0
         self.cap = cluster.memory
         self.unit = _unit(float(np.sum(self.st.loads[np.isfinite(self.st.loads)])))
         self.members: list[set[int]] = [set() for _ in range(cluster.size)]
@@ -403,7 +403,7 @@ def local_search(graph: Graph, cluster: Cluster, start, *, kind: str | None = No
         raise UsageError(f"unknown split kind {kind!r} (expected one of {', '.join(KINDS)})")
     blocks = block_structure(graph)
     labels = a0[np.array([x[0] for x in blocks.nodes], dtype=np.int64)] if blocks.count else np.zeros(0, np.int64)
-    pinned = pinned_device(graph, cluster, blocks)
+    pinned = blocks.units.on(cluster).pinned
     labels = np.where(pinned >= 0, pinned, labels)
     search = _Search(graph, cluster, blocks, labels, kind, np.random.default_rng(seed))
     limit = max_moves if max_moves is not None else 50 * max(blocks.count, 1)
@@ -445,9 +445,10 @@ def local_search_method(graph: Graph, cluster: Cluster, *, time_limit: float | N
     blocks = block_structure(graph)
     devices = cluster.k if cluster.k else cluster.size
     on_acc = cluster.k > 0
-    work = blocks.sums(np.where(graph.supported, graph.p_acc, np.nan) if on_acc else graph.p_cpu)
-    free = blocks.order[pinned_device(graph, cluster, blocks)[blocks.order] < 0]
-    labels = pinned_device(graph, cluster, blocks)
+    costs = blocks.units.on(cluster)
+    work = costs.acc_time if on_acc else costs.cpu_time
+    labels = costs.pinned.copy()
+    free = blocks.order[labels[blocks.order] < 0]
     # one device needs no cut (and min_max_blocks can trip on float rounding when asked for one)
     labels[free] = min_max_blocks(np.where(np.isfinite(work[free]), work[free], 0.0), devices) if devices > 1 else 0
     return local_search(graph, cluster, labels[blocks.of_node], time_limit=time_limit, seed=seed)

@@ -32,7 +32,7 @@ import numpy as np
 from ...devices import Cluster
 from ...graph import Graph
 from ...result import Result
-from .blocks import block_structure, pinned_device
+from .blocks import block_structure
 from .common import finish
 
 
@@ -40,13 +40,14 @@ def topo_fill(graph: Graph, cluster: Cluster, *, time_limit: float | None = None
     """Fill devices in topological order towards equal work under the memory cap."""
     t0 = time.perf_counter()
     blocks = block_structure(graph)
-    label = pinned_device(graph, cluster, blocks)
+    costs = blocks.units.on(cluster)
+    label = costs.pinned.copy()
     on_acc = cluster.k > 0
     devs = list(range(cluster.k)) if on_acc else list(range(cluster.size))
     cap = cluster.memory if on_acc else math.inf
-    work = blocks.sums(np.where(graph.supported, graph.p_acc, np.nan) if on_acc else graph.p_cpu)
+    work = costs.acc_time if on_acc else costs.cpu_time
     work = np.where(np.isfinite(work), work, 0.0)
-    mem = blocks.sums(graph.memory)
+    mem = costs.mem
     free = blocks.order[label[blocks.order] < 0].tolist()
     left = float(work[free].sum())
     j, load, used = 0, 0.0, 0.0
