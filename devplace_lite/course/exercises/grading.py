@@ -213,9 +213,9 @@ def _flagged(result: dict, copies: list[str] | None) -> dict:
                        + f". (Its answers alone: {result['status']}, score {result['score']:.2f}.)"}
 
 
-def grade_submission(sub: Submission, plan: Plan, stop: threading.Event | None = None) -> Submission:
+def grade_submission(sub: Submission, plan: Plan, halt: threading.Event | None = None) -> Submission:
     """Fill ``sub.results`` (exercise id -> status, score, points, message), sandbox after sandbox
-    until every exercise has an answer. ``plan`` must be prepared (`Plan.prepare`). Once ``stop``
+    until every exercise has an answer. ``plan`` must be prepared (`Plan.prepare`). Once ``halt``
     is set no new sandbox starts and ``sub`` is returned as it stands."""
     start = time.perf_counter()
     by_id = {e.id: e for e in plan.exercises}
@@ -223,7 +223,7 @@ def grade_submission(sub: Submission, plan: Plan, stop: threading.Event | None =
     copies: dict[str, list[str]] = {}
     first, printed = True, 0
     while todo:
-        if stop is not None and stop.is_set():
+        if halt is not None and halt.is_set():
             return sub
         with Session(sub.paths, plan.limits, plan.cpu_seconds, plan.bwrap) as session:
             if first:
@@ -338,13 +338,13 @@ def grade_folder(folder: Path, plan: Plan, *, jobs: int = 1) -> list[Submission]
     """Grade every submission of ``folder``, ``jobs`` at a time (``plan`` is prepared here)."""
     plan.prepare()
     subs = discover(folder)
-    stop = threading.Event()
+    halt = threading.Event()
     pool = ThreadPoolExecutor(max_workers=max(1, int(jobs)))
     try:
-        for done in [pool.submit(grade_submission, s, plan, stop) for s in subs]:
+        for done in [pool.submit(grade_submission, s, plan, halt) for s in subs]:
             done.result()
     except BaseException:  # SIGTERM or Ctrl-C in the caller: stop the sandboxes, not wait for them
-        stop.set()
+        halt.set()
         kill_open()
         raise
     finally:
