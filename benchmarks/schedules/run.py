@@ -69,13 +69,21 @@ def measure(p, steps: int) -> dict[str, Any]:
             "memory_ratios": [f / m for f, m in zip(sim.rank_peak_bytes, run["peak_memory"])]}
 
 
-def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
-    from devplace_lite.pipeline.planner import plan_graph, segment_profile
-    from devplace_lite.zoo import external, load
+def profiled(name: str):
+    """``(spec, graph)``: external model ``name`` profiled once into its segment graph."""
+    from devplace_lite.pipeline.planner import segment_profile
+    from devplace_lite.zoo import load
 
     spec = f"devplace_lite.zoo.external:{name}"
     model, inputs = load(spec, batch=BATCH)
-    graph, _, _ = segment_profile(model, inputs, MICRO, repeats=3, model_spec=spec)
+    return spec, segment_profile(model, inputs, MICRO, repeats=3, model_spec=spec)[0]
+
+
+def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
+    from devplace_lite.pipeline.planner import plan_graph
+    from devplace_lite.zoo import external
+
+    spec, graph = profiled(name)
     rows = []
     for sched in schedules:
         row: dict[str, Any] = {"model": name, "family": external.MODELS[name], "schedule": sched,

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.schedules.run import BATCH, K, MICRO, _load_avg, measure
+from benchmarks.schedules.run import BATCH, K, MICRO, _load_avg, measure, profiled
 
 HERE = Path(__file__).parent
 MODELS = ["resnet18", "mobilenet_v3_small", "vit", "efficientnet_b0", "bert", "gpt2", "t5"]
@@ -51,12 +51,9 @@ def hand_splits(p, graph) -> dict[str, list[int]]:
 
 
 def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
-    from devplace_lite.pipeline.planner import plan_graph, segment_profile, with_stages
-    from devplace_lite.zoo import load
+    from devplace_lite.pipeline.planner import plan_graph, with_stages
 
-    spec = f"devplace_lite.zoo.external:{name}"
-    model, inputs = load(spec, batch=BATCH)
-    graph, _, _ = segment_profile(model, inputs, MICRO, repeats=3, model_spec=spec)
+    spec, graph = profiled(name)
     rows = []
     for sched in schedules:
         row: dict[str, Any] = {"model": name, "schedule": sched, "load_before": _load_avg(), "splits": {}}
