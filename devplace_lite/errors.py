@@ -43,3 +43,25 @@ class UsageError(DevplaceError):
 class LimitError(DevplaceError):
     """An input too large for the method asked for; the message names one that scales."""
 
+
+def rank_error(texts: "list[str] | tuple[str, ...]", width: int = 300) -> str:
+    """The most telling line of a group of processes' output (torchrun ranks): the first
+    exception that is not a lost connection (the failing rank's own error, not what it caused
+    on the others), else the last line printed; at most ``width`` characters.
+
+    >>> rank_error(["[rank1]: ConnectionError: peer closed", "[rank0]: ValueError: bad shape"])
+    'ValueError: bad shape'
+    """
+    import re
+
+    found = []
+    for text in texts:
+        for ln in text.splitlines():
+            m = re.match(r"^([\w.]+(?:Error|Exception)): (.*)", re.sub(r"^\[rank\d+\]:\s*", "", ln.strip()))
+            if m and "ChildFailedError" not in m.group(1):
+                found.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}"[:width])
+    quiet = [f for f in found if "onnection" not in f and "peer" not in f]
+    if quiet or found:
+        return (quiet or found)[0]
+    tail = [ln for t in texts for ln in t.splitlines() if ln.strip()]
+    return tail[-1][:width] if tail else "no output"

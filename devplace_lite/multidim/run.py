@@ -92,7 +92,6 @@ import importlib
 import json
 import math
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -106,7 +105,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from ..errors import GraphError, UsageError
+from ..errors import GraphError, UsageError, rank_error
 from .model import TMPC, Layer, Model
 from .plan import Result, Stage
 
@@ -511,24 +510,8 @@ def _launch(folder: str, world: int, threads: int, timeout: float, nodes: int = 
             texts.append(log.read().decode(errors="replace"))
             log.close()
     if any(pr.returncode for pr in procs):
-        raise GraphError(f"a rank failed: {_last_error(texts)}")
+        raise GraphError(f"a rank failed: {rank_error(texts, 600)}")
     return cmds
-
-
-def _last_error(texts: Sequence[str]) -> str:
-    """The first exception line of the ranks' output that is not a lost connection (the
-    failing rank's own error, not what it caused on the others)."""
-    found = []
-    for text in texts:
-        for ln in text.splitlines():
-            m = re.match(r"^(?:\[rank\d+\]:\s*)?([\w.]+(?:Error|Exception)): (.*)", ln.strip())
-            if m and "ChildFailedError" not in m.group(1):
-                found.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}"[:600])
-    quiet = [f for f in found if "onnection" not in f and "peer" not in f]
-    if quiet or found:
-        return (quiet or found)[0]
-    tail = [ln for t in texts for ln in t.splitlines() if ln.strip()]
-    return tail[-1][:300] if tail else "no output"
 
 
 # -- the front door ------------------------------------------------------------------------

@@ -58,7 +58,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import GraphError, UsageError
+from ..errors import GraphError, UsageError, rank_error
 from ..files import write_text_atomic
 from .resources import check_resources, free_port
 
@@ -587,7 +587,7 @@ def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int
             texts.append(log.read().decode(errors="replace"))
             log.close()
         if any(pr.returncode for pr in procs):
-            raise GraphError(f"torchrun failed: {_last_error(texts)}")
+            raise GraphError(f"torchrun failed: {rank_error(texts)}")
         ranks = [json.loads((Path(out) / f"rank{r}.json").read_text()) for r in range(p)]
     return _gather(plan, ranks, cmds, nodes)
 
@@ -603,25 +603,6 @@ def _stop(procs: list) -> None:
                     os.killpg(pr.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-
-
-def _last_error(texts: Sequence[str]) -> str:
-    """The most telling line of the ranks' output: the first rank's exception, not the
-    connection errors it caused on the others."""
-    import re
-
-    found = []
-    for text in texts:
-        for ln in text.splitlines():
-            ln = re.sub(r"^\[rank\d+\]:\s*", "", ln.strip())
-            m = re.match(r"^([\w.]+(Error|Exception)): (.*)", ln)
-            if m and "ChildFailedError" not in m.group(1):
-                found.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(3)}"[:300])
-    quiet = [f for f in found if "Connection" not in f and "peer" not in f]
-    if quiet or found:
-        return (quiet or found)[0]
-    tail = [ln for t in texts for ln in t.splitlines() if ln.strip()]
-    return tail[-1][:300] if tail else "no output"
 
 
 def _replay_measured(plan: dict, cpu: dict[str, float]) -> float | None:
