@@ -4,7 +4,10 @@ The orders are checked against torch's own classes (GPipe's IR in full, 1F1B's s
 kinds); the replay against the recurrence of `devplace_lite.schedules.timeline.gpipe` for any stage times,
 against the closed formulas where they are exact (equal stages, no transfer), against the
 schedules' textbook in-flight counts for memory, and against its own invariants (dependencies
-met, one action at a time per rank, monotone in every time) on random instances.
+met, one action at a time per rank, monotone in every time) on random instances. Activation
+recomputation: never a shorter step, never a higher peak where a stage's input is no larger
+than its activations, the peak each rank's order alone decides, and the closed forms on equal
+stages.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from hypothesis import strategies as st
 
 from devplace_lite.schedules import timeline as schedule
 from devplace_lite.errors import UsageError
-from devplace_lite.schedules.simulate import SCHEDULES, Action, action_order, plot_gantt, replay, simulate, stage_to_rank, stages_per_rank
+from devplace_lite.schedules.simulate import (SCHEDULES, Action, action_order, plot_gantt, rank_peaks, replay, simulate,
+                                             stage_to_rank, stages_per_rank)
 
 MULTI = [s for s, sp in SCHEDULES.items() if sp.per_rank > 1]
 
@@ -238,3 +242,77 @@ def test_in_flight_counts_match_the_planners():
         for p, m in ((2, 4), (3, 7), (4, 4)):
             sim = simulate(sched, p, m, {"F": [1.0] * p, "B": [1.5] * p})
             assert sim.stage_in_flight == [in_flight(sched, m, p, s, True) for s in range(p)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_recomputation_costs_time_and_saves_memory(data):
+    """Recomputing more stages never shortens the step; where every stage's input is at most
+    its activations it never raises a rank's peak; and a rank's peak is what its own order and
+    its own stages' flags give (`rank_peaks`), whatever the times."""
+    sched = data.draw(st.sampled_from(sorted(SCHEDULES)))
+    p = data.draw(st.integers(1, 3))
+    n = p * stages_per_rank(sched)
+    m = data.draw(st.sampled_from([2 * n, 2 * p, 4 * p]))
+    fl = st.floats(0.05, 4.0)
+    f, i, w = (data.draw(st.lists(fl, min_size=n, max_size=n)) for _ in range(3))
+    tr = data.draw(st.lists(st.floats(0.0, 1.0), min_size=n - 1, max_size=n - 1))
+    times = _times(n, f, [a + b for a, b in zip(i, w)], i, w)
+    act = data.draw(st.lists(st.integers(0, 100), min_size=n, max_size=n))
+    inp = [data.draw(st.integers(0, a)) for a in act]
+    static = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    some = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    more = [a or data.draw(st.booleans()) for a in some]  # a superset of ``some``
+    mem = dict(static_bytes=static, activation_bytes=act, input_bytes=inp, transfer_ms=tr)
+    try:
+        plain = simulate(sched, p, m, times, **mem)
+    except UsageError:
+        return  # a count torch refuses
+    few = simulate(sched, p, m, times, recompute=some, **mem)
+    many = simulate(sched, p, m, times, recompute=more, **mem)
+    assert plain.step_ms <= few.step_ms * (1 + 1e-12) + 1e-12 and few.step_ms <= many.step_ms * (1 + 1e-12) + 1e-12
+    assert all(a >= b - 1e-9 for a, b in zip(plain.rank_peak_bytes, few.rank_peak_bytes))
+    assert few.recompute == some and few.stage_in_flight == plain.stage_in_flight
+    order, ranks = action_order(sched, p, m), stage_to_rank(sched, p)
+    assert rank_peaks(order, ranks, static, act, inp, some)[0] == pytest.approx(few.rank_peak_bytes)
+    slower = {k: [x * 3 for x in v] for k, v in times.items()}
+    assert simulate(sched, p, m, slower, recompute=some, **mem).rank_peak_bytes == pytest.approx(few.rank_peak_bytes)
+    # a rank whose stages' flags are unchanged keeps its peak
+    for r in range(p):
+        if all(some[s] == more[s] for s in range(n) if ranks[s] == r):
+            assert many.rank_peak_bytes[r] == pytest.approx(few.rank_peak_bytes[r])
+    # inference has no backward: nothing to recompute
+    inf = simulate(sched, p, m, times, training=False, recompute=more, **mem)
+    assert inf.step_ms == pytest.approx(simulate(sched, p, m, times, training=False, **mem).step_ms)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 3), (4, 6)])
+def test_recomputation_closed_forms_on_equal_stages(p, m):
+    """Every stage recomputing, equal stages, no transfer: the step is the formula's with each
+    backward one forward longer, ``(m + p - 1)(2 t_F + t_B)``; a rank's peak is its static bytes
+    plus ``(c - 1)`` inputs and one micro-batch's activations, ``c`` the micro-batches in flight
+    (``m`` under GPipe, ``min(m, p - s)`` under 1F1B)."""
+    tf, tb, static, act, inp = 1.0, 2.0, 100.0, 40.0, 8.0
+    mem = dict(static_bytes=[static] * p, activation_bytes=[act] * p, input_bytes=[inp] * p, recompute=[True] * p)
+    for sched, fly in (("gpipe", lambda s: m), ("1f1b", lambda s: min(m, p - s))):
+        sim = simulate(sched, p, m, {"F": [tf] * p, "B": [tb] * p}, **mem)
+        assert sim.step_ms == pytest.approx((m + p - 1) * (2 * tf + tb))
+        assert sim.rank_peak_bytes == pytest.approx([static + (fly(s) - 1) * inp + act for s in range(p)])
+    zb = simulate("zbv", p, m, _times(2 * p, [tf] * 2 * p, [tb] * 2 * p), recompute=[True] * 2 * p,
+                  activation_bytes=[act] * 2 * p, input_bytes=[inp] * 2 * p)
+    plain = simulate("zbv", p, m, _times(2 * p, [tf] * 2 * p, [tb] * 2 * p), activation_bytes=[act] * 2 * p)
+    assert zb.step_ms > plain.step_ms and max(zb.rank_peak_bytes) < max(plain.rank_peak_bytes)
+
+
+def test_recomputation_goes_before_the_input_pass():
+    """Split backward: ``I`` runs the forward again (``I + F``), ``W`` does not, and the
+    recomputed activations stay from ``I`` until ``W``."""
+    order = {0: [Action("F", 0, 0), Action("F", 0, 1), Action("I", 0, 0), Action("I", 0, 1), Action("W", 0, 0),
+                 Action("W", 0, 1)]}
+    sim = replay(order, [0], {"F": [1.0], "I": [2.0], "W": [3.0]}, activation_bytes=[10.0], input_bytes=[1.0],
+                 recompute=[True])
+    dur = {str(a): e - s for _, a, s, e in sim.events}
+    assert dur["I0@0"] == dur["I1@0"] == 3.0 and dur["W0@0"] == 3.0
+    assert sim.rank_peak_bytes == [20.0]  # both recomputed graphs wait for their W
+    with pytest.raises(UsageError, match="recomputation flags"):
+        replay(order, [0], {"F": [1.0], "I": [2.0], "W": [3.0]}, recompute=[True, False])

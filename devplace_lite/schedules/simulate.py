@@ -37,7 +37,22 @@ The step time is the last action's end; a rank's idle time is the step time less
 time. Memory per rank: its stages' static bytes (weights, gradients, optimizer state) plus,
 for every micro-batch, the stage's saved activations from the start of its forward until the
 end of the backward that frees them (``B``, or ``W`` when the backward is split: torch's
-input-gradient pass keeps the graph for the weight pass).
+input-gradient pass keeps the graph for the weight pass). A rank runs its actions one after
+another, so this count follows the rank's own order alone, whatever the times: each rank's
+peak depends only on its own stages (the recomputation choice below rests on this).
+
+Activation recomputation
+------------------------
+A stage that recomputes (``recompute[s]``, torch.utils.checkpoint around its module) keeps
+only its input (``input_bytes[s]``) per micro-batch from its forward to the backward that
+frees it; its backward first runs the forward again, which costs one more ``F`` (``B + F``;
+with a split backward the recomputation goes before the input-gradient pass: ``I + F``, ``W``
+unchanged) and holds the micro-batch's whole activations, ``max(input, activations)`` bytes
+(the activations hold the input when the stage's first operator saves it), from the start
+of that backward (``B`` or ``I``) to its end (``B`` or ``W``: the recomputed graph serves the
+weight pass too). So recomputation never shortens a step (times only grow) and, where a
+stage's input is no larger than its activations, never raises a rank's peak: with ``c``
+micro-batches in flight it holds ``(c - 1) input + activations <= c activations``.
 
 Exactness: the replay is exact for its model (a max-plus recurrence over the actions). All
 times enter through ``max`` and ``+`` only, so the step time never decreases when an action or a
@@ -59,6 +74,12 @@ Example
 >>> sim = simulate("gpipe", ranks=2, microbatches=2, times={"F": [1.0, 1.0], "B": [2.0, 2.0]})
 >>> sim.step_ms, sim.rank_idle_ms
 (9.0, [3.0, 3.0])
+>>> times, acts = {"F": [1.0, 1.0], "B": [2.0, 2.0]}, dict(activation_bytes=[10, 10], input_bytes=[1, 1])
+>>> simulate("gpipe", 2, 2, times, **acts).rank_peak_bytes
+[20.0, 20.0]
+>>> sim = simulate("gpipe", 2, 2, times, recompute=[True, False], **acts)
+>>> sim.step_ms, sim.rank_peak_bytes
+(11.0, [11.0, 20.0])
 """
 
 from __future__ import annotations
@@ -269,15 +290,20 @@ class Simulation:
     events: list[tuple[int, Action, float, float]] = field(default_factory=list)
     #: Most micro-batches whose activations each stage holds at once.
     stage_in_flight: list[int] = field(default_factory=list)
+    #: Whether each stage recomputes its activations in its backward (see the module docstring).
+    recompute: list[bool] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"step_ms": self.step_ms, "rank_busy_ms": self.rank_busy_ms, "rank_idle_ms": self.rank_idle_ms,
-                "rank_peak_bytes": self.rank_peak_bytes, "stage_in_flight": self.stage_in_flight}
+                "rank_peak_bytes": self.rank_peak_bytes, "stage_in_flight": self.stage_in_flight,
+                "recompute": self.recompute}
 
 
-def _durations(times: Mapping[str, Sequence[float]], n: int, split: bool) -> dict[str, list[float]]:
+def _durations(times: Mapping[str, Sequence[float]], n: int, split: bool,
+               recompute: Sequence[bool] = ()) -> dict[str, list[float]]:
     """Per-kind stage times; ``B = I + W`` when only the split is given, and a split backward
-    asked of ``B`` alone is refused (how ``B`` divides is a measurement, not a guess)."""
+    asked of ``B`` alone is refused (how ``B`` divides is a measurement, not a guess). A
+    recomputing stage's ``B`` and ``I`` run its forward again first."""
     out = {k: [float(x) for x in v] for k, v in times.items()}
     for k, v in out.items():
         if k not in "FBIW" or len(k) != 1:
@@ -294,12 +320,26 @@ def _durations(times: Mapping[str, Sequence[float]], n: int, split: bool) -> dic
         if "B" not in out:
             raise UsageError("a zero-bubble schedule needs I and W (or B with I and W) times")
         raise UsageError("a zero-bubble schedule splits the backward: give I and W times per stage")
+    for st, again in enumerate(recompute):
+        if again:
+            for k in ("B", "I"):
+                if k in out:
+                    out[k][st] += out["F"][st]
     return out
+
+
+def _flags(recompute: Sequence[bool] | None, n: int) -> list[bool]:
+    if recompute is None:
+        return [False] * n
+    if len(recompute) != n:
+        raise UsageError(f"recomputation flags for {len(recompute)} stage(s), the schedule has {n}")
+    return [bool(x) for x in recompute]
 
 
 def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], times: Mapping[str, Sequence[float]], *,
            transfer_ms: Sequence[float] | None = None, transfer_back_ms: Sequence[float] | None = None,
-           static_bytes: Sequence[float] | None = None, activation_bytes: Sequence[float] | None = None) -> Simulation:
+           static_bytes: Sequence[float] | None = None, activation_bytes: Sequence[float] | None = None,
+           input_bytes: Sequence[float] | None = None, recompute: Sequence[bool] | None = None) -> Simulation:
     """Replay a per-rank action ``order`` (see the module docstring).
 
     Parameters
@@ -315,6 +355,10 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
         back), paid only between different ranks; zero by default.
     static_bytes, activation_bytes : sequence of float, optional
         Per stage: weights + gradients + optimizer state; saved activations of one micro-batch.
+    input_bytes : sequence of float, optional
+        Per stage: its input of one micro-batch, what a recomputing stage keeps (zero by default).
+    recompute : sequence of bool, optional
+        Per stage: recompute its activations in its backward (none by default; training only).
 
     Returns
     -------
@@ -327,7 +371,8 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
     """
     n = len(stage_rank)
     kinds = {a.kind for acts in order.values() for a in acts}
-    t = _durations(times, n, split=bool(kinds & {"I", "W"}))
+    rec = _flags(recompute, n) if kinds - {"F"} else [False] * n  # inference keeps nothing to recompute
+    t = _durations(times, n, split=bool(kinds & {"I", "W"}), recompute=rec)
     for k in kinds:
         if k not in t:
             raise UsageError(f"the order has {k} actions but no {k} times were given")
@@ -392,51 +437,70 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
             stuck = {r: str(order[r][pos[r]]) for r in ranks if pos[r] < len(order[r])}
             raise UsageError(f"the action order deadlocks: every rank waits ({stuck})")
     step = max((e for *_, e in events), default=0.0)
-    peaks, flying = _peaks(events, stage_rank, ranks, kinds, static_bytes, activation_bytes)
+    peaks, flying = rank_peaks(order, stage_rank, static_bytes, activation_bytes, input_bytes, rec)
     events.sort(key=lambda ev: (ev[2], ev[0]))
     return Simulation(step_ms=step, rank_busy_ms=[busy[r] for r in ranks],
                       rank_idle_ms=[step - busy[r] for r in ranks], rank_peak_bytes=peaks, events=events,
-                      stage_in_flight=flying)
+                      stage_in_flight=flying, recompute=rec)
 
 
-def _peaks(events: list, stage_rank: Sequence[int], ranks: list[int], kinds: set[str],
-           static_bytes: Sequence[float] | None, activation_bytes: Sequence[float] | None
-           ) -> tuple[list[float], list[int]]:
+def rank_peaks(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int],
+               static_bytes: Sequence[float] | None = None, activation_bytes: Sequence[float] | None = None,
+               input_bytes: Sequence[float] | None = None, recompute: Sequence[bool] | None = None
+               ) -> tuple[list[float], list[int]]:
+    """Each rank's peak bytes (ranks in sorted order) and each stage's most micro-batches in
+    flight, from the ranks' action order alone (see the module docstring: a rank runs its
+    actions one at a time, so its allocations and frees come in that order whatever the times).
+
+    Examples
+    --------
+    >>> order = action_order("1f1b", 2, 4)
+    >>> rank_peaks(order, [0, 1], activation_bytes=[10, 10])
+    ([20.0, 10.0], [2, 1])
+    >>> rank_peaks(order, [0, 1], activation_bytes=[10, 10], input_bytes=[4, 4], recompute=[True, True])
+    ([14.0, 10.0], [2, 1])
+    """
     n = len(stage_rank)
     static = [0.0] * n if static_bytes is None else [float(x) for x in static_bytes]
     act = [0.0] * n if activation_bytes is None else [float(x) for x in activation_bytes]
-    if len(static) != n or len(act) != n:
-        raise UsageError(f"memory for {len(static)}/{len(act)} stage(s), the schedule has {n}")
-    training = bool(kinds - {"F"})
+    inp = [0.0] * n if input_bytes is None else [float(x) for x in input_bytes]
+    if len(static) != n or len(act) != n or len(inp) != n:
+        raise UsageError(f"memory for {len(static)}/{len(act)}/{len(inp)} stage(s), the schedule has {n}")
+    training = any(a.kind != "F" for acts in order.values() for a in acts)
+    rec = _flags(recompute, n) if training else [False] * n
+    kept = [inp[s] if rec[s] else act[s] for s in range(n)]  # per micro-batch, forward to backward
+    whole = [max(inp[s], act[s]) if rec[s] else act[s] for s in range(n)]  # during a recomputing backward
     out = []
     flying = [0] * n
-    for r in ranks:
-        base = sum(static[s] for s in range(n) if stage_rank[s] == r)
-        delta = []  # (time, order, stage, +1/-1): a free at the same instant as an allocation goes first
-        for rr, a, start, stop in events:
-            if rr != r:
-                continue
-            if a.kind == "F":
-                delta.append((start, 1, a.stage, 1))
-                if not training:  # inference keeps one micro-batch's activations while it runs
-                    delta.append((stop, 0, a.stage, -1))
-            elif a.kind in ("B", "W"):  # I keeps the graph for W
-                delta.append((stop, 0, a.stage, -1))
+    count = [0] * n
+    for r in sorted(order):
         live = peak = 0.0
-        count = [0] * n
-        for _, _, s, sign in sorted(delta):
-            live += sign * act[s]
-            count[s] += sign
-            flying[s] = max(flying[s], count[s])
-            peak = max(peak, live)
-        out.append(base + peak)
+        for a in order[r]:
+            s = a.stage
+            if a.kind == "F":
+                live += kept[s] if training else act[s]
+                count[s] += 1
+                flying[s] = max(flying[s], count[s])
+                peak = max(peak, live)
+                if not training:  # inference keeps one micro-batch's activations while it runs
+                    live -= act[s]
+                    count[s] -= 1
+                continue
+            if a.kind in ("B", "I"):  # the recomputation runs first and holds the whole activations
+                live += whole[s] - kept[s]
+                peak = max(peak, live)
+            if a.kind in ("B", "W"):  # I keeps the graph for W
+                live -= whole[s]
+                count[s] -= 1
+        out.append(sum(static[s] for s in range(n) if stage_rank[s] == r) + peak)
     return out, flying
 
 
 def simulate(schedule: str, ranks: int, microbatches: int, times: Mapping[str, Sequence[float]], *,
              per_rank: int | None = None, training: bool = True, transfer_ms: Sequence[float] | None = None,
              transfer_back_ms: Sequence[float] | None = None, static_bytes: Sequence[float] | None = None,
-             activation_bytes: Sequence[float] | None = None) -> Simulation:
+             activation_bytes: Sequence[float] | None = None, input_bytes: Sequence[float] | None = None,
+             recompute: Sequence[bool] | None = None) -> Simulation:
     """`replay` of ``schedule``'s torch order on ``ranks`` ranks (see `action_order`, `stage_to_rank`).
 
     Examples
@@ -447,7 +511,8 @@ def simulate(schedule: str, ranks: int, microbatches: int, times: Mapping[str, S
     """
     order = action_order(schedule, ranks, microbatches, per_rank, training)
     return replay(order, stage_to_rank(schedule, ranks, per_rank), times, transfer_ms=transfer_ms,
-                  transfer_back_ms=transfer_back_ms, static_bytes=static_bytes, activation_bytes=activation_bytes)
+                  transfer_back_ms=transfer_back_ms, static_bytes=static_bytes, activation_bytes=activation_bytes,
+                  input_bytes=input_bytes, recompute=recompute)
 
 
 def run_events(events: Sequence[Sequence[Sequence[Any]]]) -> list[tuple[int, Action, float, float]]:
