@@ -84,3 +84,69 @@ def test_budget_and_local_search_state_their_bound(monkeypatch):
 def test_too_few_segments_is_one_line():
     with pytest.raises(UsageError, match="needs 4 stages"):
         search(SegmentCosts([1.0] * 3, [1.0] * 3), "zbv", 2, 4)
+
+
+def _recompute_instance(data, n_lo, n_hi):
+    c = _instance(data, n_lo, n_hi)
+    c.cut_bytes = data.draw(st.lists(st.integers(0, 60), min_size=c.n - 1, max_size=c.n - 1))
+    c.first_input_bytes = data.draw(st.integers(0, 60))
+    c.step_bytes = data.draw(st.integers(0, 30))
+    return c
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_recomputation_choice_is_exhaustively_optimal(data):
+    """Under a memory cap, the search with recomputation allowed gives the least step over every
+    split and every one of the ``2^S`` recomputation flag vectors that fits (brute force here),
+    and is infeasible exactly when none fits; a plan that needs no recomputation gets none."""
+    schedule = data.draw(st.sampled_from(sorted(SCHEDULES)))
+    v = stages_per_rank(schedule)
+    ranks = data.draw(st.integers(1, 3 if v == 1 else 2))
+    c = _recompute_instance(data, ranks * v, ranks * v + 2)
+    m = data.draw(st.sampled_from([ranks, 2 * ranks, 3 * ranks]))
+    try:
+        splits = list(_all_splits(c, schedule, ranks, m))
+    except UsageError:
+        return  # a count torch refuses
+    every = []  # (step, peak, flags)
+    for cuts, p, _ in splits:
+        s = len(cuts) + 1
+        for flags in itertools.product([False, True], repeat=s):
+            sim = evaluate(c, cuts, schedule, p, m, recompute=list(flags))
+            every.append((sim.step_ms, max(sim.rank_peak_bytes), flags))
+    peaks = sorted({pk for _, pk, _ in every})
+    cap = data.draw(st.sampled_from(peaks[:-1] or peaks))
+    fits = [(step, sum(fl)) for step, pk, fl in every if pk <= cap]
+    r = search(c, schedule, ranks, m, memory=cap, recompute="auto")
+    assert r.status == "optimal" and r.step_ms == pytest.approx(min(fits)[0])
+    assert max(r.simulation.rank_peak_bytes) <= cap and r.recompute == r.simulation.recompute
+    plain = [step for step, pk, fl in every if pk <= cap and not any(fl)]
+    if plain and min(plain) <= min(fits)[0] * (1 + 1e-12):
+        assert not any(r.recompute)  # equal steps prefer no recomputation
+    if any(r.recompute):
+        assert any("only with activation recomputation" in note for note in r.notes)
+    below = search(c, schedule, ranks, m, memory=peaks[0] - 1, recompute="auto")
+    assert below.status == "infeasible" and "with or without activation recomputation" in below.notes[0]
+
+
+def test_recomputation_past_the_choice_cap_states_its_bound(monkeypatch):
+    """Over `MAX_CHOICES` combinations a rank takes its cheapest minimal set: the answer still
+    fits, its bound is a lower bound of the exhaustive answer, and optimal is claimed only when
+    the step meets the bound."""
+    import devplace_lite.schedules.search as ss
+
+    c = SegmentCosts([1.0, 1.2, 0.8, 1.1, 0.9, 1.3, 1.0, 0.7], [2.0] * 8, [1.0] * 8, [0] * 8, [40] * 8,
+                     cut_bytes=[5] * 7, first_input_bytes=5)
+    cap = min(max(sim.rank_peak_bytes) for *_, sim in _all_splits(c, "interleaved-1f1b", 2, 4)) - 1
+    assert search(c, "interleaved-1f1b", 2, 4, memory=cap).status == "infeasible"
+    full = search(c, "interleaved-1f1b", 2, 4, memory=cap, recompute="auto")
+    assert full.status == "optimal" and any(full.recompute)
+    monkeypatch.setattr(ss, "MAX_CHOICES", 0)
+    cut = search(c, "interleaved-1f1b", 2, 4, memory=cap, recompute="auto")
+    assert max(cut.simulation.rank_peak_bytes) <= cap
+    assert cut.bound_ms <= full.step_ms * (1 + 1e-12) <= cut.step_ms * (1 + 1e-12)
+    assert any("minimal recomputation sets" in note for note in cut.notes)
+    assert cut.status == ("optimal" if cut.step_ms <= cut.bound_ms * (1 + 1e-12) else "feasible")
+    with pytest.raises(UsageError, match="unknown recompute"):
+        search(c, "1f1b", 2, 4, recompute="always")

@@ -24,8 +24,26 @@ stated). Past `ENUMERATE`, a boundary-moving local search from the given start s
 and the bound is the least per-stage bound over all splits, found by a DP over cut positions
 in ``O(S n^2)`` (`global_bound`), or the rank-work bound ``m W / p``, whichever is larger.
 
+Activation recomputation (``recompute="auto"``, with a memory cap): a split that does not fit
+may fit when some stages recompute their activations in the backward (torch.utils.checkpoint;
+`devplace_lite.schedules.simulate` models its time and memory). The choice per split is exact
+by a dominance, not by trying all ``2^S`` flag vectors: a rank's peak depends on its own
+stages' flags only (`rank_peaks`: it follows the rank's own action order, whatever the times),
+and the replayed step never decreases when one more stage recomputes (times only grow, the
+replay is monotone). So from any fitting choice, dropping every flag that its rank does not
+need to fit keeps it fitting and does not lengthen the step: some least-step choice recomputes,
+on each rank, a *minimal* set of that rank's stages with which the rank fits. The search
+replays every combination of the ranks' minimal fitting sets (with one stage per rank there is
+one: recompute exactly the stages whose rank does not fit without it), at most
+`MAX_CHOICES` per split; past that (several stages per rank and many ranks with several
+minimal sets) each rank takes its minimal set of least recomputed forward time and the search
+is no longer exhaustive (status ``feasible``, said in the notes). The split bounds leave
+recomputation out, which only lengthens steps, so they stay lower bounds and the enumeration in
+bound order stays a proof. Equal steps prefer fewer recomputing stages.
+
 Complexity: ``O(C S)`` for the bounds of ``C = sum_S binom(n - 1, S - 1)`` splits, plus one
-replay (``O(m S)``) per split tried.
+replay (``O(m S)``) per split tried; with recomputation, for a split over the cap, ``2^v``
+peak counts (``v`` stages per rank) and one replay per combination of minimal sets.
 
 Example
 -------
@@ -44,19 +62,26 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..errors import UsageError
-from .simulate import SCHEDULES, Simulation, simulate, stage_to_rank, stages_per_rank
+from .simulate import SCHEDULES, Simulation, action_order, rank_peaks, simulate, stage_to_rank, stages_per_rank
 
 #: Splits enumerated (and sorted by bound) at most; past it, local search and the DP bound.
 ENUMERATE = 200_000
 #: Replays at most in one search.
 MAX_REPLAYS = 20_000
+#: Recomputation choices (combinations of the ranks' minimal fitting sets) replayed per split at most.
+MAX_CHOICES = 64
+#: ``recompute`` values of `search`: never, or where the memory cap needs it.
+RECOMPUTE = ("never", "auto")
 
 
 @dataclass
 class SegmentCosts:
     """Per segment (lists of length ``n``): times in ms per micro-batch, bytes; ``cut_ms[i]``:
     the transfer time of a cut after segment ``i`` (forward; ``cut_back_ms`` the gradients');
-    ``step_bytes``: what the last stage holds for the whole step (outputs and targets)."""
+    ``step_bytes``: what the last stage holds for the whole step (outputs and targets);
+    ``cut_bytes[i]``: the bytes of one micro-batch crossing a cut after segment ``i`` and
+    ``first_input_bytes`` the model inputs the first stage reads (a stage's input: what it keeps
+    per micro-batch when it recomputes its activations)."""
 
     forward_ms: Sequence[float]
     backward_ms: Sequence[float]
@@ -66,6 +91,8 @@ class SegmentCosts:
     cut_ms: Sequence[float] | None = None
     cut_back_ms: Sequence[float] | None = None
     step_bytes: float = 0.0
+    cut_bytes: Sequence[float] | None = None
+    first_input_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.forward_ms)
@@ -75,7 +102,7 @@ class SegmentCosts:
             v = getattr(self, name)
             if v is not None and len(v) != n:
                 raise UsageError(f"{name} has {len(v)} values for {n} segments")
-        for name in ("cut_ms", "cut_back_ms"):
+        for name in ("cut_ms", "cut_back_ms", "cut_bytes"):
             v = getattr(self, name)
             if v is not None and len(v) != n - 1:
                 raise UsageError(f"{name} has {len(v)} values for {n - 1} cuts")
@@ -89,7 +116,8 @@ class SegmentCosts:
 class SplitSearch:
     """The best split found: ``stage_of[i]`` is segment ``i``'s stage; ``status`` ``optimal``
     (proven), ``feasible`` (``bound_ms`` proven, gap stated) or ``infeasible`` (proven: no split
-    fits the memory)."""
+    fits the memory, with recomputation where it was allowed); ``recompute[s]``: stage ``s``
+    recomputes its activations in its backward."""
 
     stage_of: list[int] | None
     ranks: int
@@ -101,6 +129,7 @@ class SplitSearch:
     splits: int | None
     seconds: float
     notes: list[str] = field(default_factory=list)
+    recompute: list[bool] | None = None
 
     @property
     def step_ms(self) -> float | None:
@@ -115,7 +144,7 @@ class SplitSearch:
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "step_ms": self.step_ms, "bound_ms": self.bound_ms, "gap": self.gap,
                 "method": self.method, "replays": self.replays, "splits": self.splits, "seconds": self.seconds,
-                "notes": self.notes}
+                "notes": self.notes, "recompute": self.recompute}
 
 
 def _prefix(xs: Sequence[float]) -> list[float]:
@@ -177,23 +206,89 @@ def _cut_times(c: SegmentCosts, cuts: Sequence[int]) -> tuple[list[float], list[
     return fwd, back
 
 
+def stage_bytes(c: SegmentCosts, cuts: Sequence[int]) -> dict[str, list[float]]:
+    """Per stage of the split at ``cuts``: ``static_bytes`` (the last stage's step bytes
+    included), ``activation_bytes`` and ``input_bytes`` (one micro-batch), as `simulate` takes them.
+
+    Examples
+    --------
+    >>> c = SegmentCosts([1, 1], [2, 2], activation_bytes=[8, 6], cut_bytes=[3], first_input_bytes=2)
+    >>> stage_bytes(c, [1])["input_bytes"]
+    [2.0, 3.0]
+    """
+    edges = [0, *cuts, c.n]
+    pairs = list(zip(edges, edges[1:]))
+    ps, pa = _prefix(c.static_bytes or [0.0] * c.n), _prefix(c.activation_bytes or [0.0] * c.n)
+    return {"static_bytes": [ps[j] - ps[i] + (c.step_bytes if j == c.n else 0.0) for i, j in pairs],
+            "activation_bytes": [pa[j] - pa[i] for i, j in pairs],
+            "input_bytes": [float(c.first_input_bytes) if i == 0 else
+                            (float(c.cut_bytes[i - 1]) if c.cut_bytes is not None else 0.0) for i, _ in pairs]}
+
+
 def evaluate(c: SegmentCosts, cuts: Sequence[int], schedule: str, ranks: int, microbatches: int,
-             per_rank: int | None = None, training: bool = True) -> Simulation:
-    """Replay ``schedule`` on the split whose stages begin at segments ``cuts`` (sorted, in ``1..n-1``).
+             per_rank: int | None = None, training: bool = True, recompute: Sequence[bool] | None = None) -> Simulation:
+    """Replay ``schedule`` on the split whose stages begin at segments ``cuts`` (sorted, in ``1..n-1``),
+    the stages flagged in ``recompute`` recomputing their activations.
 
     Examples
     --------
     >>> c = SegmentCosts(forward_ms=[1, 1, 1, 1], backward_ms=[2, 2, 2, 2])
-    >>> evaluate(c, [2], "gpipe", 2, 2).step_ms
-    18.0
+    >>> evaluate(c, [2], "gpipe", 2, 2).step_ms, evaluate(c, [2], "gpipe", 2, 2, recompute=[True, True]).step_ms
+    (18.0, 24.0)
     """
     sp = _Split(c, training, SCHEDULES[schedule].split_backward)
     fwd, back = _cut_times(c, cuts)
-    b = sp.bounds(cuts)
     return simulate(schedule, ranks, microbatches, sp.times(cuts), per_rank=per_rank, training=training,
-                    transfer_ms=fwd, transfer_back_ms=back,
-                    static_bytes=[sp.ps[j] - sp.ps[i] + (c.step_bytes if j == c.n else 0.0) for i, j in b],
-                    activation_bytes=[sp.pa[j] - sp.pa[i] for i, j in b])
+                    transfer_ms=fwd, transfer_back_ms=back, recompute=recompute, **stage_bytes(c, cuts))
+
+
+def recompute_choices(c: SegmentCosts, cuts: Sequence[int], schedule: str, ranks: int, microbatches: int,
+                      memory: float, per_rank: int | None = None, limit: int = MAX_CHOICES
+                      ) -> tuple[list[list[bool]], bool]:
+    """The recomputation flag vectors a least-step fitting choice is among (see the module
+    docstring: every combination of the ranks' minimal fitting sets of stages), and whether that
+    list is complete (``False``: over ``limit`` combinations, each rank's minimal set of least
+    recomputed forward time alone). ``[]``: some rank fits under no choice.
+
+    Examples
+    --------
+    >>> c = SegmentCosts([1, 1], [2, 2], activation_bytes=[10, 10], cut_bytes=[1], first_input_bytes=1)
+    >>> recompute_choices(c, [1], "gpipe", 2, 4, memory=20)
+    ([[True, True]], True)
+    >>> recompute_choices(c, [1], "gpipe", 2, 4, memory=5)
+    ([], True)
+    """
+    v = stages_per_rank(schedule, per_rank)
+    order = action_order(schedule, ranks, microbatches, per_rank)
+    s2r = stage_to_rank(schedule, ranks, per_rank)
+    mem = stage_bytes(c, cuts)
+    mine = [[s for s in range(len(s2r)) if s2r[s] == r] for r in range(ranks)]
+    fits: list[list[int]] = [[] for _ in range(ranks)]  # per rank: the masks over its stages that fit
+    for mask in range(1 << v):
+        flags = [False] * len(s2r)
+        for r in range(ranks):
+            for b, s in enumerate(mine[r]):
+                flags[s] = bool(mask >> b & 1)
+        peaks, _ = rank_peaks(order, s2r, recompute=flags, **mem)
+        for r in range(ranks):
+            if peaks[r] <= memory:
+                fits[r].append(mask)
+    minimal = [[x for x in f if not any(y != x and y & x == y for y in f)] for f in fits]
+    if any(not x for x in minimal):
+        return [], True
+    fwd = _Split(c, True, False).times(cuts)["F"]
+    complete = math.prod(len(x) for x in minimal) <= limit
+    if not complete:
+        minimal = [[min(x, key=lambda mk, r=r: (sum(fwd[s] for b, s in enumerate(mine[r]) if mk >> b & 1), mk))]
+                   for r, x in enumerate(minimal)]
+    out = []
+    for combo in itertools.product(*minimal):
+        flags = [False] * len(s2r)
+        for r, mask in enumerate(combo):
+            for b, s in enumerate(mine[r]):
+                flags[s] = bool(mask >> b & 1)
+        out.append(flags)
+    return out, complete
 
 
 def global_bound(c: SegmentCosts, stages: Sequence[int], microbatches: int, training: bool = True,
@@ -239,7 +334,7 @@ def _counts(schedule: str, ranks: int, per_rank: int | None, n: int, microbatche
 
 def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per_rank: int | None = None,
            training: bool = True, memory: float | None = None, start: Sequence[int] | None = None,
-           time_limit: float = 10.0, max_replays: int = MAX_REPLAYS) -> SplitSearch:
+           time_limit: float = 10.0, max_replays: int = MAX_REPLAYS, recompute: str = "never") -> SplitSearch:
     """The split of ``c`` with the least replayed step time under ``schedule`` (see the module).
 
     Parameters
@@ -258,6 +353,9 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     time_limit : float
         Seconds for the whole search; the incumbent and its bound are returned when it runs out.
     max_replays : int
+    recompute : ``"never"`` or ``"auto"``
+        ``"auto"``: a split over ``memory`` may recompute activations on some stages (the least
+        step among the fitting choices; see the module docstring). Training only.
 
     Returns
     -------
@@ -266,8 +364,10 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     Raises
     ------
     UsageError
-        A stage count the model or torch's class cannot take.
+        A stage count the model or torch's class cannot take, or an unknown ``recompute``.
     """
+    if recompute not in RECOMPUTE:
+        raise UsageError(f"unknown recompute choice {recompute!r}; known: {', '.join(RECOMPUTE)}")
     t0 = time.perf_counter()
     v = stages_per_rank(schedule, per_rank)
     split_b = SCHEDULES[schedule].split_backward
@@ -275,21 +375,36 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     n, m = c.n, int(microbatches)
     counts = _counts(schedule, ranks, per_rank, n, m)
     total = sum(math.comb(n - 1, s - 1) for _, s in counts)
-    best: tuple[float, float, list[int], int, Simulation] | None = None  # (step, max load, cuts, ranks, sim)
+    # (step, max load, stages recomputing), cuts, ranks, sim
+    best: tuple[tuple[float, float, int], list[int], int, Simulation] | None = None
     replays = 0
+    partial_choice = False  # a split whose recomputation choices were over MAX_CHOICES
+    partial_lb = math.inf  # the least bound of such splits: their best choice may not have been replayed
 
     def load_max(cuts: Sequence[int]) -> float:
         return max((sp.pf[j] - sp.pf[i]) + (sp.pb[j] - sp.pb[i]) for i, j in sp.bounds(cuts))
 
-    def consider(cuts: list[int], p: int) -> None:
-        nonlocal best, replays
+    def keep(cuts: list[int], p: int, sim: Simulation) -> None:
+        nonlocal best
+        key = (sim.step_ms, load_max(cuts), sum(sim.recompute))
+        if best is None or key < best[0]:
+            best = (key, list(cuts), p, sim)
+
+    def consider(cuts: list[int], p: int, lb: float = -math.inf) -> None:
+        nonlocal replays, partial_choice, partial_lb
         replays += 1
         sim = evaluate(c, cuts, schedule, p, m, v, training)
-        if memory is not None and max(sim.rank_peak_bytes) > memory:
+        if memory is None or max(sim.rank_peak_bytes) <= memory:
+            keep(cuts, p, sim)
             return
-        key = (sim.step_ms, load_max(cuts))
-        if best is None or key < best[:2]:
-            best = (sim.step_ms, key[1], list(cuts), p, sim)
+        if recompute == "never" or not training:
+            return
+        choices, complete = recompute_choices(c, cuts, schedule, p, m, memory, v, limit=MAX_CHOICES)
+        if not complete:
+            partial_choice, partial_lb = True, min(partial_lb, lb)
+        for flags in choices:
+            replays += 1
+            keep(cuts, p, evaluate(c, cuts, schedule, p, m, v, training, recompute=flags))
 
     notes: list[str] = []
     start_cuts = None
@@ -304,22 +419,25 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
         cand.sort(key=lambda x: x[0])
         bound, status, k = math.inf, "optimal", 0
         for k, (lb, cuts, p) in enumerate(cand):
-            if best is not None and lb >= best[0] * (1 - 1e-12):
-                bound = best[0]
+            if best is not None and lb >= best[0][0] * (1 - 1e-12):
+                bound = best[0][0]
                 break
             if replays >= max_replays or time.perf_counter() - t0 > time_limit:
                 bound, status = lb, "feasible"
                 notes.append(f"stopped after {replays} replays of {total} splits (budget); bound: the least "
                              "bound among the splits not replayed")
                 break
-            consider(list(cuts), p)
+            consider(list(cuts), p, lb)
         else:
             if best is None:
+                with_rc = " with or without activation recomputation" if recompute == "auto" and training else ""
                 return SplitSearch(None, ranks, None, math.inf, "infeasible", "enumeration", replays, total,
-                                   time.perf_counter() - t0, ["no split fits the memory (every split replayed)"])
-            bound = best[0]
+                                   time.perf_counter() - t0, [f"no split fits the memory{with_rc} (every split "
+                                                              "replayed)"])
+            bound = best[0][0]
         if best is not None and status == "feasible":
-            bound = min(bound, best[0])
+            bound = min(bound, best[0][0])
+        bound = min(bound, partial_lb)
         method = f"enumeration of {total} splits in bound order"
     else:
         method = "local search (boundary moves) from the start split"
@@ -330,16 +448,16 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
         improved = True
         while improved and replays < max_replays and time.perf_counter() - t0 <= time_limit:
             improved = False
-            cur = best[2] if best is not None else cuts
+            cur = best[1] if best is not None else cuts
             for idx in range(len(cur)):
                 for d in (-1, 1):
                     nc = list(cur)
                     nc[idx] += d
                     if not (0 < nc[idx] < n) or len(set(nc)) < len(nc) or nc != sorted(nc):
                         continue
-                    before = best[:2] if best is not None else None
+                    before = best[0] if best is not None else None
                     consider(nc, p)
-                    if best is not None and best[:2] != before:
+                    if best is not None and best[0] != before:
                         improved = True
         bound = max(global_bound(c, [st for _, st in counts], m, training, split_b),
                     m * (sp.pf[-1] + sp.pb[-1]) / max(p for p, _ in counts))
@@ -347,12 +465,21 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
         if best is None:
             return SplitSearch(None, ranks, None, bound, "unknown", method, replays, total,
                                time.perf_counter() - t0, ["no split tried fits the memory"])
-        if best[0] <= bound * (1 + 1e-12):
+        if best[0][0] <= bound * (1 + 1e-12):
             status = "optimal"
-    step, _, cuts, p, sim = best
+    (step, _, n_rc), cuts, p, sim = best
     stage_of = [0] * n
     for s, (i, j) in enumerate(sp.bounds(cuts)):
         for x in range(i, j):
             stage_of[x] = s
-    return SplitSearch(stage_of, p, sim, min(bound, step), "optimal" if step <= bound * (1 + 1e-12) else status,
-                       method, replays, total, time.perf_counter() - t0, notes)
+    status = "optimal" if step <= bound * (1 + 1e-12) else ("feasible" if status == "optimal" else status)
+    if partial_choice:
+        notes.append(f"some split had more than {MAX_CHOICES} combinations of the ranks' minimal recomputation sets: "
+                     "each rank took its set of least recomputed forward time there; the bound counts such a "
+                     "split at its own bound")
+    if n_rc:
+        notes.append(f"fits {memory:.0f} bytes per device only with activation recomputation on stage(s) "
+                     f"{[s for s, x in enumerate(sim.recompute) if x]} (each of their backwards runs its forward "
+                     "again)")
+    return SplitSearch(stage_of, p, sim, min(bound, step), status, method, replays, total,
+                       time.perf_counter() - t0, notes, recompute=list(sim.recompute))
