@@ -72,13 +72,13 @@ def test_memory_cap_picks_the_least_step_that_fits(graph):
     every = [evaluate(costs, list(cuts), "gpipe", s, 4) for s in (1, 2) for cuts in itertools.combinations(range(1, n), s - 1)]
     peaks = sorted({max(e.rank_peak_bytes) for e in every})
     cap = peaks[len(peaks) // 2]
-    capped = plan_graph(graph, k=2, microbatches=4, schedule="gpipe", memory=cap)
+    capped = plan_graph(graph, k=2, microbatches=4, schedule="gpipe", memory=cap, recompute="never")
     assert max(capped.simulation().rank_peak_bytes) <= cap
     assert capped.step_ms() == pytest.approx(min(e.step_ms for e in every if max(e.rank_peak_bytes) <= cap))
     from devplace_lite.errors import GraphError
 
-    with pytest.raises(GraphError, match="every split replayed"):
-        plan_graph(graph, k=2, microbatches=4, schedule="gpipe", memory=peaks[0] - 1)
+    with pytest.raises(GraphError, match="without activation recomputation .every split replayed"):
+        plan_graph(graph, k=2, microbatches=4, schedule="gpipe", memory=peaks[0] - 1, recompute="never")
 
 
 def _cli(capsys, *argv):

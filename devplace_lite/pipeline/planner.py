@@ -30,6 +30,13 @@ How
    micro-batch's output and target, which the schedule keeps for the step. With a memory cap
    the split search rules out every split over it; none left is refused in one line that says
    the way out.
+   Activation recomputation (``recompute="auto"``, the default, with a memory cap): a split
+   over the cap may still fit when some stages recompute their activations in their backward
+   (torch.utils.checkpoint around the stage's module in the run): such a stage keeps only its
+   input per micro-batch in flight and pays one more forward per backward. The search chooses
+   the flags per stage with the split, exactly (`devplace_lite.schedules.search`: a dominance,
+   recompute only on ranks that need it, among their minimal fitting sets); a plan that fits
+   only so says it in its notes and in ``recompute`` (per stage) and ``stage_memory[s]``.
 5. Tied weights: a parameter read by segments on different stages is *replicated* by
    `torch.distributed.pipelining`; the plan lists it, and the run sums its gradients over the
    stages holding it (an all-reduce in a group of those ranks), which keeps training exact.
@@ -150,17 +157,22 @@ def segment_costs(graph: Graph, optimizer: str = "none", microbatches: int = 1) 
             continue
         last[u] = max(last.get(u, -1), pos[v])
     comm = {v.id: float(v.comm) for v in graph.nodes}
+    sent = {v.id: float(v.out_bytes) for v in graph.nodes}
     cut = [0.0] * max(n - 1, 0)
     back = [0.0] * max(n - 1, 0)
+    cut_bytes = [0.0] * max(n - 1, 0)  # what a stage beginning after the cut receives: its input
     for u, far in last.items():
         for c in range(max(pos.get(u, 0), 0), far):  # a model input sits on the first stage
             cut[c] += comm[u]
+            cut_bytes[c] += sent[u]
             if u in pos:
                 back[c] += comm[u]
+    first_in = sum(sent[v.id] for v in graph.nodes if v.id.startswith("input:"))
     return SegmentCosts(forward_ms=list(seg["forward_ms"]), backward_ms=list(seg["backward_ms"]) if training else
                         [0.0] * n, input_ms=list(bi) if training else None, static_bytes=static,
                         activation_bytes=list(seg["activation_bytes"]), cut_ms=cut, cut_back_ms=back,
-                        step_bytes=_loss_bytes(seg, microbatches) if training else 0.0)
+                        step_bytes=_loss_bytes(seg, microbatches) if training else 0.0, cut_bytes=cut_bytes,
+                        first_input_bytes=first_in)
 
 
 def _loss_bytes(seg: dict, microbatches: int) -> float:
@@ -210,6 +222,10 @@ class PipelinePlan:
     search: SplitSearch | None = None
     #: Ranks asked for (``-k``); a one-stage-per-rank schedule may use fewer.
     k: int = 0
+    #: Per stage: recompute its activations in its backward (None: no stage does).
+    recompute: list[bool] | None = None
+    #: What the search was allowed: ``"auto"`` (recompute where the memory cap needs it) or ``"never"``.
+    recompute_mode: str = "auto"
 
     # -- structure
     @property
@@ -300,7 +316,16 @@ class PipelinePlan:
     def simulation(self):
         """The replay of the schedule on this split (`devplace_lite.schedules.simulate.Simulation`)."""
         cuts = [segs[0] for segs in self.stage_segments[1:]]
-        return evaluate(self.costs, cuts, self.schedule, self.ranks, self.microbatches, self.per_rank, self.training)
+        return evaluate(self.costs, cuts, self.schedule, self.ranks, self.microbatches, self.per_rank, self.training,
+                        recompute=self.recompute_flags)
+
+    @property
+    def recompute_flags(self) -> list[bool]:
+        """Per stage: whether it recomputes its activations in its backward (training only)."""
+        flags = list(self.recompute or [False] * self.num_stages)
+        if len(flags) != self.num_stages:
+            raise UsageError(f"recomputation flags for {len(flags)} stage(s), the plan has {self.num_stages}")
+        return [bool(x) and self.training for x in flags]
 
     def step_ms(self) -> float:
         """The forecast step time: the replay of torch's action order for the schedule."""
@@ -308,18 +333,25 @@ class PipelinePlan:
 
     def stage_memory(self) -> list[dict[str, float]]:
         """Peak bytes of each stage under the schedule, by part (see the module docstring); the
-        micro-batches in flight are the replay's."""
+        micro-batches in flight are the replay's. A recomputing stage keeps its input per
+        micro-batch in flight and one micro-batch's whole activations during a backward."""
+        from ..schedules.search import stage_bytes
+
         seg = self.graph.meta["segments"]
         params, grads = self._sum(seg["param_bytes"]), self._sum(seg["grad_bytes"])
         acts = self._sum(seg["activation_bytes"])
+        inputs = stage_bytes(self.costs, [segs[0] for segs in self.stage_segments[1:]])["input_bytes"]
         flying = self.simulation().stage_in_flight
+        rec = self.recompute_flags
         out = []
         for s in range(self.num_stages):
             g = grads[s] if self.training else 0.0
             opt = OPTIMIZERS[self.optimizer] * g
             n = flying[s]
+            held = n * acts[s] if not rec[s] else (n - 1) * inputs[s] + max(inputs[s], acts[s])
             out.append({"parameters": params[s], "gradients": g, "optimizer": opt, "microbatches_in_flight": n,
-                        "activations_per_microbatch": acts[s], "peak": params[s] + g + opt + n * acts[s]})
+                        "activations_per_microbatch": acts[s], "input_per_microbatch": inputs[s],
+                        "recompute": rec[s], "peak": params[s] + g + opt + held})
         return out
 
     @property
@@ -356,7 +388,7 @@ class PipelinePlan:
             "torch_schedule": _SCHEDULES[self.schedule].torch_class, "ranks": self.ranks,
             "stages_per_rank": self.per_rank, "stage_to_rank": self.stage_ranks,
             "schedule_search": None if self.search is None else self.search.to_json(),
-            "memory_cap": self.memory, "stage_memory": self.stage_memory(), "tied": self.tied,
+            "recompute": self.recompute_flags, "memory_cap": self.memory, "stage_memory": self.stage_memory(), "tied": self.tied,
             "seed": self.seed, "seconds": self.seconds, "torch": self.graph.meta.get("torch"),
         }
 
@@ -388,7 +420,8 @@ def _capped(graph: Graph, schedule: str, microbatches: int, k: int, optimizer: s
 
 def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "1f1b", batch: int | None = None,
                memory: float | None = None, optimizer: str = "none", method: str = "auto",
-               time_limit: float = 10.0, seed: int = 0, per_rank: int | None = None) -> PipelinePlan:
+               time_limit: float = 10.0, seed: int = 0, per_rank: int | None = None,
+               recompute: str = "auto") -> PipelinePlan:
     """Plan from a measured segment graph (`devplace_lite.pipeline.capture.segment_graph`).
 
     Two searches: the partitioning method's least bottleneck (``result``, certified by
@@ -396,7 +429,13 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     step under ``schedule`` is least (``search``, `devplace_lite.schedules.search`, proven by
     exhaustion where the splits can be enumerated, else with its bound and gap), which is the
     plan's split. ``per_rank``: stages per rank for the schedules that take several.
+    ``recompute``: ``"auto"`` lets a split over ``memory`` recompute activations on the stages
+    that need it (chosen with the split, exactly), ``"never"`` does not.
     """
+    from ..schedules.search import RECOMPUTE
+
+    if recompute not in RECOMPUTE:
+        raise UsageError(f"unknown recompute choice {recompute!r}; known: {', '.join(RECOMPUTE)}")
     if schedule not in SCHEDULES:
         raise UsageError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
     v = stages_per_rank(schedule, per_rank)
@@ -425,13 +464,16 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     t1 = time.perf_counter()
     costs = segment_costs(graph, optimizer, microbatches)
     found = search(costs, schedule, k, microbatches, per_rank=v, training=graph.is_training,
-                   memory=memory, start=start, time_limit=time_limit)
+                   memory=memory, start=start, time_limit=time_limit, recompute=recompute)
     if found.stage_of is None:
         proof = "every split replayed" if found.status == "infeasible" else "no split tried fits"
+        rc = graph.is_training and recompute == "auto"
         raise GraphError(f"no split of {graph.meta.get('model', graph.name)} into {stages if v > 1 else f'at most {k}'} "
-                         f"stages fits {memory:.0f} bytes per device under {schedule} ({proof}: parameters, gradients, "
-                         "optimizer state and in-flight activations); way out: more stages (-k), fewer or smaller "
-                         "micro-batches, or a schedule with fewer micro-batches in flight (1f1b)")
+                         f"stages fits {memory:.0f} bytes per device under {schedule}, "
+                         f"{'without or with activation recomputation' if rc else 'without activation recomputation'} "
+                         f"({proof}: parameters, gradients, optimizer state and in-flight activations); way out: more "
+                         "stages (-k), fewer or smaller micro-batches, or a schedule with fewer micro-batches in flight "
+                         f"(1f1b){'' if rc or not graph.is_training else ', or --recompute auto'}")
     t2 = time.perf_counter()
     bound = certify(graph, Cluster(accelerators=stages, cpus=0), time_limit=max(time_limit, 0.1),
                     upper=res.objective if start is not None else None)
@@ -441,7 +483,13 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
                         capture_how=graph.meta.get("capture", "torch.export"), notes=list(graph.meta.get("notes", [])),
                         seed=seed, seconds={"partition": t1 - t0, "schedule_search": t2 - t1,
                                             "bound": time.perf_counter() - t2},
-                        per_rank=v, search=found, k=k)
+                        per_rank=v, search=found, k=k,
+                        recompute=found.recompute if any(found.recompute or ()) else None, recompute_mode=recompute)
+    if plan.recompute:
+        plan.notes.append(f"fits {memory:.0f} bytes per device only with activation recomputation on stage(s) "
+                          f"{[s for s, x in enumerate(plan.recompute) if x]}: their backwards run their forward again "
+                          "(torch.utils.checkpoint in the run), and they keep only their input per micro-batch in "
+                          "flight")
     if start is None:  # the bottleneck method found nothing under the conservative memory form: score the split
         plan.result = _scored(plan, found.stage_of, method)
     return plan
@@ -451,7 +499,7 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
          training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
          granularity: str = "block", time_limit: float = 10.0, seed: int = 0, repeats: int = 5, warmup: int = 1,
          model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None,
-         spec: str | None = None) -> PipelinePlan:
+         spec: str | None = None, recompute: str = "auto") -> PipelinePlan:
     """Profile ``model`` on one micro-batch of ``example_inputs`` (the whole batch, cut into
     ``microbatches`` along dim 0) and plan its pipeline over at most ``k`` stages.
 
@@ -469,6 +517,9 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         Plan forward and backward (default) or inference only.
     memory : float, optional
         Bytes per device; a plan whose stage exceeds it under the schedule is refused.
+    recompute : ``"auto"`` or ``"never"``
+        ``"auto"``: where a split exceeds ``memory``, stages may recompute their activations in
+        their backward (chosen with the split; the plan's ``recompute`` says which).
     optimizer : ``"none"``, ``"sgd"`` or ``"adam"``
         Optimizer state counted in memory (per parameter byte: 0, 1, 2).
     method : str
@@ -514,7 +565,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
                                           model_spec, device, spec)
     p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,
-                   optimizer=optimizer, method=method, time_limit=time_limit, seed=seed, per_rank=per_rank)
+                   optimizer=optimizer, method=method, time_limit=time_limit, seed=seed, per_rank=per_rank,
+                   recompute=recompute)
     p.model_spec, p.capture = model_spec, cap
     p.seconds = {**seconds, **p.seconds}
     return p
@@ -547,12 +599,14 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
               training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
               granularity: str = "block", time_limit: float = 10.0, seed: int = 0, repeats: int = 5,
               warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
-              spec: str | None = None) -> tuple[PipelinePlan, list[dict]]:
+              spec: str | None = None, recompute: str = "auto") -> tuple[PipelinePlan, list[dict]]:
     """``--schedule auto``: every schedule of `SCHEDULES` (at its default stages per rank) and
     every micro-batch count (``microbatches``, or each divisor of the batch up to
-    `AUTO_MICROBATCHES`, each measured at its own micro-batch size), planned; the plan with the
-    least forecast step within ``memory`` is kept. Returns it and one record per try (its
-    forecast step, or why it was refused).
+    `AUTO_MICROBATCHES`, each measured at its own micro-batch size), planned, each with its
+    per-stage activation recomputation where ``memory`` needs it (``recompute="auto"``,
+    `plan_graph`); the plan with the least forecast step within ``memory`` is kept: the least
+    over schedules, micro-batch counts, splits and recomputation flags. Returns it and one
+    record per try (its forecast step and recomputing stages, or why it was refused).
 
     Raises
     ------
@@ -571,13 +625,15 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
         for name in SCHEDULES:
             try:
                 p = plan_graph(graph, k=k, microbatches=m, schedule=name, batch=batch, memory=memory,
-                               optimizer=optimizer, method=method, time_limit=time_limit, seed=seed)
+                               optimizer=optimizer, method=method, time_limit=time_limit, seed=seed,
+                               recompute=recompute)
             except (UsageError, GraphError) as e:
                 tried.append({"schedule": name, "microbatches": m, "refused": str(e)})
                 continue
             step = p.step_ms()
             tried.append({"schedule": name, "microbatches": m, "step_ms": step,
-                          "rank_peak_bytes": max(p.simulation().rank_peak_bytes), "status": p.search.status})
+                          "rank_peak_bytes": max(p.simulation().rank_peak_bytes), "status": p.search.status,
+                          "recompute": [s for s, x in enumerate(p.recompute_flags) if x]})
             if best is None or step < best.step_ms():
                 best, p.model_spec, p.capture, p.seconds = p, model_spec, cap, {**seconds, **p.seconds}
     if best is None:
@@ -586,7 +642,9 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
                          + f" ({tried[0]['refused'] if tried else 'nothing tried'})")
     best.notes.append(f"schedule auto: {best.schedule} with {best.microbatches} micro-batches has the least forecast "
                       f"step of {len(tried)} schedule and micro-batch choices ({sum('refused' in t for t in tried)} "
-                      "refused); activation recomputation is not among the choices")
+                      "refused), each with its split and per-stage activation recomputation "
+                      + ("(none needed)" if not best.recompute else
+                         f"(stages {[s for s, x in enumerate(best.recompute) if x]} recompute)"))
     return best, tried
 
 
@@ -594,7 +652,7 @@ def with_stages(p: PipelinePlan, stage_of: Sequence[int], method: str) -> Pipeli
     """``p`` with another split (segment -> stage, in order), scored by the same cost model: to
     run the splits practitioners use (`even_split`, a compute-only balance) beside the plan's."""
     q = dataclasses.replace(p, stage_of=list(stage_of), method=method, method_reason=f"given split ({method})",
-                            search=None)
+                            search=None, recompute=None)
     q.result = _scored(q, stage_of, method)
     return q
 
@@ -748,7 +806,8 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
                                 [scales["I"][s] for s in seg_stage]),
                    k=p.k or p.ranks, per_rank=p.per_rank, microbatches=p.microbatches, schedule=p.schedule,
                    batch=p.batch, memory=p.memory, optimizer=p.optimizer, method=p.method,
-                   time_limit=max(1.0, p.seconds.get("bound", 1.0) + 1.0), seed=p.seed)
+                   time_limit=max(1.0, p.seconds.get("bound", 1.0) + 1.0), seed=p.seed,
+                   recompute=p.recompute_mode)
     q.model_spec, q.capture = p.model_spec, p.capture
     second = launch(q.write(folder)["plan"], nodes=nodes, steps=steps, timeout=timeout, device=device)
     before, after = _forecast_error(p, first), _forecast_error(q, second)
