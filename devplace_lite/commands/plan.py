@@ -3,7 +3,7 @@
 ::
 
     devplace plan MODEL -k K [--schedule S] [--stages-per-rank V] [--microbatches M] [--batch B] [--memory BYTES]
-                  [--optimizer none|sgd|adam] [--inference] [--granularity block|layer] [--method auto|M]
+                  [--recompute auto|never] [--optimizer none|sgd|adam] [--inference] [--granularity block|layer] [--method auto|M]
                   [--time-limit S] [--out DIR] [--run [--nodes N] [--check]] [--calibrate] [--json]
 
 MODEL is a zoo name or ``module:function`` returning ``(model, example inputs of the whole
@@ -26,6 +26,14 @@ take several) or ``auto``. The forecast replays the schedule's own action order
 them here, which plans a GPU pipeline on a laptop; ``auto`` tries every schedule (and, with
 ``--microbatches auto``, every micro-batch count that divides the batch) and keeps the least
 forecast step within ``--memory``.
+
+Under ``--memory``, ``--recompute auto`` (the default) lets a stage recompute its activations in
+its backward (torch.utils.checkpoint in the run: it keeps only its input per micro-batch and
+pays one more forward per backward) where that is what makes its rank fit: the flags are
+chosen with the split, exactly (the least forecast step over splits and flags that fit; with
+``--schedule auto`` also over schedules and micro-batch counts). The plan says which stages
+recompute (``recompute`` and ``stage_memory[s].recompute`` in plan.json, and a note);
+``--recompute never`` keeps every activation.
 
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast; ``--check``
@@ -118,6 +126,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                   "(default: 2 per micro-batch; module:function without batch= keeps its own)")
     parser.add_argument("--size", choices=["tiny", "full"], default="tiny", help="zoo configuration (default tiny)")
     parser.add_argument("--memory", type=options.MEMORY, help="bytes per device, > 0; a plan whose stage exceeds it is refused")
+    parser.add_argument("--recompute", choices=["auto", "never"], default="auto",
+                        help="activation recomputation under --memory: auto recomputes on the stages whose rank fits "
+                             "only so, chosen with the split for the least forecast step (default); never keeps every "
+                             "activation")
     parser.add_argument("--optimizer", choices=["none", "sgd", "adam"], default="none",
                         help="optimizer state counted in stage memory (default none)")
     parser.add_argument("--inference", action="store_true", help="plan inference (forward only) instead of training")
@@ -180,6 +192,8 @@ def command_line(args: argparse.Namespace) -> str:
     for flag, value in (("--batch", args.batch), ("--memory", args.memory), ("--method", args.method)):
         if value is not None:
             words += [flag, str(value)]
+    if args.recompute != "auto":
+        words += ["--recompute", args.recompute]
     words += ["--optimizer", args.optimizer, "--granularity", args.granularity, "--seed", str(args.seed)]
     if args.spec is not None:
         words += ["--spec", args.spec]
@@ -211,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(_indivisible(got, asked))
     common = dict(k=args.accelerators, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
                   method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
-                  repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec)
+                  repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec,
+                  recompute=args.recompute)
     tried = None
     if args.schedule == "auto":
         p, tried = plan_auto(model, inputs, microbatches=None if auto_m else args.microbatches, **common)
@@ -255,7 +270,8 @@ def _print(a: dict[str, Any]) -> None:
     for s, (segs, mem) in enumerate(zip(a["stage_segments"], a["stage_memory"])):
         begin = a["segment_names"][segs[0]]
         print(f"  stage {s}: begins at {begin:40s} {len(segs):3d} segment(s)  load {fc['load_ms'][s]:8.3f} ms  "
-              f"peak memory {mem['peak'] / 2**20:8.2f} MiB ({mem['microbatches_in_flight']} in flight)")
+              f"peak memory {mem['peak'] / 2**20:8.2f} MiB ({mem['microbatches_in_flight']} in flight"
+              f"{', recomputed' if mem.get('recompute') else ''})")
     for t in a["tied"]:
         print(f"  tied {t['parameter']}: {t['handling']}")
     print(f"split points: {a['split_points']}")

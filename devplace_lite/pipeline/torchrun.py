@@ -25,6 +25,12 @@ ranks wrote:
 * with ``check``: the last stage's outputs against the unsplit model's, every stage's parameter
   gradients (tied weights after their all-reduce) against the unsplit model's.
 
+A stage the plan marks in ``recompute`` runs its module under ``torch.utils.checkpoint``
+(non-reentrant, `recompute_module`): autograd keeps only the stage's inputs between its forward
+and its backward, and the backward runs the forward again first (inside torch's input-gradient
+pass where the schedule splits the backward). The activation meter then sees the inputs alone;
+the recomputed tensors live inside checkpoint's own hooks during one backward.
+
 The stages are built by the same split policy the capture used (`capture.split_policy`),
 which places split markers exactly where ``split_spec`` would and also hands model inputs that
 a later stage reads to the first stage (the schedules feed inputs to the first stage only).
@@ -130,6 +136,33 @@ def stage_shapes(stages: Sequence[Any], micro: tuple, training: bool) -> list[tu
             out.append(([shape(t) for t in cur], [shape(t) for t in res_t]))
             cur = res_t
     return out
+
+
+def recompute_module(module: Any) -> Any:
+    """Make ``module`` recompute its activations in its backward: its ``forward`` runs under
+    non-reentrant ``torch.utils.checkpoint`` (the RNG state is kept, so dropout draws the same
+    mask again), which saves only the forward's inputs. Returns ``module``, changed in place.
+
+    Examples
+    --------
+    >>> import torch
+    >>> lin = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+    >>> x = torch.randn(2, 4, requires_grad=True)
+    >>> meter = ActivationMeter({id(p) for p in lin.parameters()})
+    >>> with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+    ...     y = recompute_module(lin)(x).sum()
+    >>> meter.peak  # the input alone (2 x 4 floats), not the 2 x 64 hidden values
+    32
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    inner = module.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+
+    module.forward = forward
+    return module
 
 
 def _example(meta: tuple, device: Any) -> Any:
@@ -323,7 +356,10 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             stages, order = [pipe.build_stage(s, device) for s in mine], first_stage_inputs(pipe)
         record: list = []
         split_backward = SCHEDULES[plan["schedule"]].split_backward
+        recompute = plan.get("recompute") or [False] * n_stages
         for st in stages:
+            if training and recompute[st.stage_index]:
+                recompute_module(st.submod)
             _instrument(st, record, cuda, fresh=split_backward and training)
             _no_self_pairs(st, rank)
         target = None
@@ -389,6 +425,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             "param_bytes": sum(p.numel() * p.element_size() for p in params),
             "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
             "activation_peak_bytes": int(meter.peak),
+            "recompute": [s for s in mine if training and recompute[s]],
         }
         if args.check:
             rec["check"] = _check(model, inputs, target, training, [st.submod for st in stages],
@@ -645,6 +682,7 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
         "loss": next((r["loss"] for r in ranks if r["loss"] is not None), None),
         "param_bytes": [r["param_bytes"] for r in ranks],
         "activation_peak_bytes": [r["activation_peak_bytes"] for r in ranks],
+        "recompute": sorted(s for r in ranks for s in r.get("recompute", [])),
         # measured peak: parameters, their gradients when training, the saved activations' high-water mark
         "peak_memory": [r["param_bytes"] + (r["grad_bytes"] if plan["training"] else 0) + r["activation_peak_bytes"]
                         for r in ranks],
