@@ -135,3 +135,20 @@ def test_a_recomputed_stage_runs_with_the_same_gradients_and_fewer_saved_bytes(t
     assert rec["activation_peak_bytes"][1] == base["activation_peak_bytes"][1]
     fp, fq = p.simulation().rank_peak_bytes, q.simulation().rank_peak_bytes
     assert fq[0] < fp[0] and fq[1] == fp[1]
+
+
+def test_calibration_counts_the_recomputed_forward(graph):
+    """A recomputing stage's measured backward holds its forward once more: calibration takes it
+    out before the ratio, and the forecast's compute and busy time put it in."""
+    from devplace_lite.pipeline.planner import _stage_scales
+
+    p = plan_graph(graph, k=2, microbatches=4, schedule="1f1b")
+    q = dataclasses.replace(p, recompute=[True, False])
+    run = {"stage_forward_cpu_ms": q.forward_ms, "stage_input_cpu_ms": [None, None],
+           "stage_backward_cpu_ms": [b + (f if s == 0 else 0.0) for s, (f, b) in
+                                     enumerate(zip(q.forward_ms, q.backward_ms))]}
+    scales = _stage_scales(q, run)
+    assert scales["F"] == pytest.approx([1.0, 1.0]) and scales["B"] == pytest.approx([1.0, 1.0])
+    assert _stage_scales(p, run)["B"][0] > 1.0  # the same run read as a plain stage's: a slower backward
+    assert q.compute_ms == pytest.approx([p.compute_ms[0] + p.forward_ms[0], p.compute_ms[1]])
+    assert q.simulation().rank_busy_ms == pytest.approx([4 * c for c in q.compute_ms])

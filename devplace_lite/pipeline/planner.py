@@ -291,8 +291,9 @@ class PipelinePlan:
 
     @property
     def compute_ms(self) -> list[float]:
-        """Measured-profile compute per stage and micro-batch (forward + backward)."""
-        return [f + b for f, b in zip(self.forward_ms, self.backward_ms)]
+        """Measured-profile compute per stage and micro-batch (forward + backward, and the forward
+        once more on a stage that recomputes its activations)."""
+        return [f * (2 if rc else 1) + b for f, b, rc in zip(self.forward_ms, self.backward_ms, self.recompute_flags)]
 
     @property
     def input_ms(self) -> list[float]:
@@ -763,9 +764,14 @@ def _stage_scales(p: PipelinePlan, run: dict[str, Any]) -> dict[str, list[float]
     def ratio(pred: Sequence[float], meas: Sequence[float | None]) -> list[float]:
         return [m / q if (m is not None and q > 0 and m > 0) else 1.0 for q, m in zip(pred, meas)]
 
+    def own(meas: Sequence[float | None]) -> list[float | None]:
+        """A recomputing stage's measured backward less its measured forward, which it ran again."""
+        return [None if x is None else (x - f if rc and f is not None else x)
+                for x, f, rc in zip(meas, run["stage_forward_cpu_ms"], p.recompute_flags)]
+
     out = {"F": ratio(p.forward_ms, run["stage_forward_cpu_ms"]),
-           "B": ratio(p.backward_ms, run["stage_backward_cpu_ms"]) if p.training else [1.0] * p.num_stages}
-    out["I"] = ratio(p.input_ms, run.get("stage_input_cpu_ms") or [None] * p.num_stages) if p.training else \
+           "B": ratio(p.backward_ms, own(run["stage_backward_cpu_ms"])) if p.training else [1.0] * p.num_stages}
+    out["I"] = ratio(p.input_ms, own(run.get("stage_input_cpu_ms") or [None] * p.num_stages)) if p.training else \
         [1.0] * p.num_stages
     if p.training and all(x is None for x in run.get("stage_input_cpu_ms") or [None]):
         out["I"] = list(out["B"])  # the schedule ran no I: scale it as the backward
