@@ -28,8 +28,11 @@ ranks wrote:
 A stage the plan marks in ``recompute`` runs its module under ``torch.utils.checkpoint``
 (non-reentrant, `recompute_module`): autograd keeps only the stage's inputs between its forward
 and its backward, and the backward runs the forward again first (inside torch's input-gradient
-pass where the schedule splits the backward). The activation meter then sees the inputs alone;
-the recomputed tensors live inside checkpoint's own hooks during one backward.
+pass where the schedule splits the backward). The activation meter then sees the inputs alone:
+the recomputed tensors live inside checkpoint's own hooks during a backward, where no outer
+hook sees them, so they are measured apart (`Recompute.transient_bytes`: one forward of the
+stage's module, without checkpoint, on a micro-batch it ran, under the meter) and added to the
+rank's peak (the largest of its recomputing stages').
 
 The stages are built by the same split policy the capture used (`capture.split_policy`),
 which places split markers exactly where ``split_spec`` would and also hands model inputs that
@@ -138,31 +141,51 @@ def stage_shapes(stages: Sequence[Any], micro: tuple, training: bool) -> list[tu
     return out
 
 
-def recompute_module(module: Any) -> Any:
+class Recompute:
     """Make ``module`` recompute its activations in its backward: its ``forward`` runs under
     non-reentrant ``torch.utils.checkpoint`` (the RNG state is kept, so dropout draws the same
-    mask again), which saves only the forward's inputs. Returns ``module``, changed in place.
+    mask again), which saves only the forward's inputs. The module is changed in place; the
+    first call's inputs are kept (detached) for `transient_bytes`.
 
     Examples
     --------
     >>> import torch
-    >>> lin = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
-    >>> x = torch.randn(2, 4, requires_grad=True)
-    >>> meter = ActivationMeter({id(p) for p in lin.parameters()})
+    >>> net = torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Tanh(), torch.nn.Tanh())
+    >>> meter, again = ActivationMeter(), Recompute(net)
     >>> with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
-    ...     y = recompute_module(lin)(x).sum()
-    >>> meter.peak  # the input alone (2 x 4 floats), not the 2 x 64 hidden values
+    ...     y = net(torch.randn(2, 4, requires_grad=True)).sum()
+    >>> meter.peak  # the input alone (2 x 4 floats), not the three tanh outputs
     32
+    >>> again.transient_bytes(set())  # what its backward holds again: the three outputs
+    96
     """
-    from torch.utils.checkpoint import checkpoint
 
-    inner = module.forward
+    def __init__(self, module: Any) -> None:
+        from torch.utils.checkpoint import checkpoint
 
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+        self.inner = module.forward
+        self.first: tuple | None = None
 
-    module.forward = forward
-    return module
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            if self.first is None:
+                self.first = (tuple(a.detach().requires_grad_(a.requires_grad) if hasattr(a, "detach") else a
+                                    for a in args), kwargs)
+            return checkpoint(self.inner, *args, use_reentrant=False, **kwargs)
+
+        module.forward = forward
+
+    def transient_bytes(self, skip: set[int]) -> int:
+        """Bytes autograd saves in one forward of the module without checkpoint, on the inputs
+        of its first call (0 before any): what each of its backwards holds while it runs."""
+        import torch
+
+        if self.first is None:
+            return 0
+        meter = ActivationMeter(skip)
+        args, kwargs = self.first
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+            self.inner(*args, **kwargs)
+        return int(meter.peak)
 
 
 def _example(meta: tuple, device: Any) -> Any:
@@ -357,9 +380,8 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         record: list = []
         split_backward = SCHEDULES[plan["schedule"]].split_backward
         recompute = plan.get("recompute") or [False] * n_stages
+        again = [Recompute(st.submod) for st in stages if training and recompute[st.stage_index]]
         for st in stages:
-            if training and recompute[st.stage_index]:
-                recompute_module(st.submod)
             _instrument(st, record, cuda, fresh=split_backward and training)
             _no_self_pairs(st, rank)
         target = None
@@ -426,6 +448,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
             "activation_peak_bytes": int(meter.peak),
             "recompute": [s for s in mine if training and recompute[s]],
+            "recompute_transient_bytes": max((a.transient_bytes(meter.skip) for a in again), default=0),
         }
         if args.check:
             rec["check"] = _check(model, inputs, target, training, [st.submod for st in stages],
@@ -683,9 +706,11 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
         "param_bytes": [r["param_bytes"] for r in ranks],
         "activation_peak_bytes": [r["activation_peak_bytes"] for r in ranks],
         "recompute": sorted(s for r in ranks for s in r.get("recompute", [])),
+        "recompute_transient_bytes": [r.get("recompute_transient_bytes", 0) for r in ranks],
         # measured peak: parameters, their gradients when training, the saved activations' high-water mark
+        # (and a recomputing stage's activations during its backward, measured apart)
         "peak_memory": [r["param_bytes"] + (r["grad_bytes"] if plan["training"] else 0) + r["activation_peak_bytes"]
-                        for r in ranks],
+                        + r.get("recompute_transient_bytes", 0) for r in ranks],
         "commands": [" ".join(c[1:]).replace("-m torch.distributed.run", "torchrun") for c in cmds],
     }
     if all("check" in r for r in ranks):
