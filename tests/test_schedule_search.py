@@ -148,5 +148,11 @@ def test_recomputation_past_the_choice_cap_states_its_bound(monkeypatch):
     assert cut.bound_ms <= full.step_ms * (1 + 1e-12) <= cut.step_ms * (1 + 1e-12)
     assert any("minimal recomputation sets" in note for note in cut.notes)
     assert cut.status == ("optimal" if cut.step_ms <= cut.bound_ms * (1 + 1e-12) else "feasible")
+    monkeypatch.setattr(ss, "MAX_CHOICES", 64)
+    monkeypatch.setattr(ss, "ENUMERATE", 1)  # the local search chooses recomputation the same way
+    local = search(c, "interleaved-1f1b", 2, 4, memory=cap, recompute="auto", start=full.stage_of)
+    assert local.method.startswith("local search") and max(local.simulation.rank_peak_bytes) <= cap
+    assert local.step_ms == pytest.approx(full.step_ms) and local.recompute == full.recompute
+    assert local.bound_ms <= local.step_ms * (1 + 1e-12)
     with pytest.raises(UsageError, match="unknown recompute"):
         search(c, "1f1b", 2, 4, recompute="always")

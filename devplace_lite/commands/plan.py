@@ -3,8 +3,8 @@
 ::
 
     devplace plan MODEL -k K [--schedule S] [--stages-per-rank V] [--microbatches M] [--batch B] [--memory BYTES]
-                  [--recompute auto|never] [--optimizer none|sgd|adam] [--inference] [--granularity block|layer] [--method auto|M]
-                  [--time-limit S] [--out DIR] [--run [--nodes N] [--check]] [--calibrate] [--json]
+                  [--recompute auto|never] [--optimizer none|sgd|adam] [--inference] [--granularity block|layer]
+                  [--method auto|M] [--time-limit S] [--out DIR] [--run [--nodes N] [--check]] [--calibrate] [--json]
 
 MODEL is a zoo name or ``module:function`` returning ``(model, example inputs of the whole
 batch)`` (called with ``batch=`` and ``seed=`` when it takes them), e.g.
@@ -125,7 +125,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=options.SIZE, help="samples per step, a multiple of --microbatches "
                                                   "(default: 2 per micro-batch; module:function without batch= keeps its own)")
     parser.add_argument("--size", choices=["tiny", "full"], default="tiny", help="zoo configuration (default tiny)")
-    parser.add_argument("--memory", type=options.MEMORY, help="bytes per device, > 0; a plan whose stage exceeds it is refused")
+    parser.add_argument("--memory", type=options.MEMORY,
+                        help="bytes per device, > 0; a plan whose rank exceeds it under the schedule (after any "
+                             "activation recomputation, see --recompute) is refused")
     parser.add_argument("--recompute", choices=["auto", "never"], default="auto",
                         help="activation recomputation under --memory: auto recomputes on the stages whose rank fits "
                              "only so, chosen with the split for the least forecast step (default); never keeps every "

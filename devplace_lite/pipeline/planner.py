@@ -389,7 +389,8 @@ class PipelinePlan:
             "torch_schedule": _SCHEDULES[self.schedule].torch_class, "ranks": self.ranks,
             "stages_per_rank": self.per_rank, "stage_to_rank": self.stage_ranks,
             "schedule_search": None if self.search is None else self.search.to_json(),
-            "recompute": self.recompute_flags, "memory_cap": self.memory, "stage_memory": self.stage_memory(), "tied": self.tied,
+            "recompute": self.recompute_flags, "memory_cap": self.memory, "stage_memory": self.stage_memory(),
+            "tied": self.tied,
             "seed": self.seed, "seconds": self.seconds, "torch": self.graph.meta.get("torch"),
         }
 
@@ -473,8 +474,8 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
                          f"stages fits {memory:.0f} bytes per device under {schedule}, "
                          f"{'without or with activation recomputation' if rc else 'without activation recomputation'} "
                          f"({proof}: parameters, gradients, optimizer state and in-flight activations); way out: more "
-                         "stages (-k), fewer or smaller micro-batches, or a schedule with fewer micro-batches in flight "
-                         f"(1f1b){'' if rc or not graph.is_training else ', or --recompute auto'}")
+                         "stages (-k), fewer or smaller micro-batches, or a schedule with fewer micro-batches in "
+                         f"flight (1f1b){'' if rc or not graph.is_training else ', or --recompute auto'}")
     t2 = time.perf_counter()
     bound = certify(graph, Cluster(accelerators=stages, cpus=0), time_limit=max(time_limit, 0.1),
                     upper=res.objective if start is not None else None)
