@@ -24,10 +24,18 @@ def _cover(n: int = 30) -> S.LinearModel:
 
 
 def _fake_child(body: str) -> list[str]:
-    """A child command line running ``body`` with `send` to the message pipe at hand."""
-    prelude = ("import os, sys, time\nfrom devplace_lite.mip.highs_child import send\n"
+    """A child command line running ``body`` with ``send`` to the message pipe at hand.
+
+    ``send`` writes `highs_child.send`'s framing (one pickle, flushed) without importing the
+    package, and ``-I`` skips site-packages: the child talks within a fraction of a second even
+    on a loaded machine (importing devplace_lite there took over 1.5 s under load 13, past the
+    deadline of a test that expected the messages)."""
+    prelude = ("import os, pickle, sys, time\n"
+               "def send(out, message):\n"
+               "    pickle.dump(message, out, protocol=pickle.HIGHEST_PROTOCOL)\n"
+               "    out.flush()\n"
                "out = os.fdopen(os.dup(1), 'wb')\n")
-    return [sys.executable, "-c", prelude + textwrap.dedent(body)]
+    return [sys.executable, "-I", "-c", prelude + textwrap.dedent(body)]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -60,7 +68,7 @@ def test_a_child_that_never_answers_is_killed_at_the_deadline():
 def test_a_killed_child_leaves_its_last_incumbent_and_bound():
     m = _cover()
     ones = [1.0] * m.n_vars
-    s = S._run_highs_child(m, 1.0, 0.0, 0, 1, None, False, command=_fake_child(f"""
+    s = S._run_highs_child(m, 5.0, 0.0, 0, 1, None, False, command=_fake_child(f"""
         send(out, ("incumbent", 118.0, {ones}))
         send(out, ("bound", 118.0, 40.0))
         send(out, ("bound", 118.0, 45.5))
@@ -72,7 +80,7 @@ def test_a_killed_child_leaves_its_last_incumbent_and_bound():
 
 def test_an_incumbent_that_is_not_a_point_of_the_model_is_dropped():
     m = _cover()
-    s = S._run_highs_child(m, 1.0, 0.0, 0, 1, None, False, command=_fake_child(f"""
+    s = S._run_highs_child(m, 5.0, 0.0, 0, 1, None, False, command=_fake_child(f"""
         send(out, ("incumbent", 0.0, {[0.0] * m.n_vars}))
         send(out, ("bound", 0.0, 12.0))
         time.sleep(60)
