@@ -385,7 +385,10 @@ def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_r
         return 0.0
     calls = None if q is None else cluster.k * max(1, int(q))
     if q == 1:
-        graph = one_call_relaxation(graph, cluster)
+        relaxed = one_call_relaxation(graph, cluster)
+        if relaxed is None:
+            return math.inf
+        graph = relaxed
     best = _chain_bound(graph, cluster, levels, max_rows, deadline, calls)
     core = main_core(graph)
     if core is not None and (best is None or math.isfinite(best)):
@@ -395,7 +398,7 @@ def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_r
     return best
 
 
-def one_call_relaxation(graph: Graph, cluster: Cluster) -> Graph:
+def one_call_relaxation(graph: Graph, cluster: Cluster) -> Graph | None:
     """A graph whose optimal latency is at most that of ``graph`` over the splits with one call
     per accelerator (``q = 1``), where each colocation class shares one device and so, on an
     accelerator, one call:
@@ -413,7 +416,8 @@ def one_call_relaxation(graph: Graph, cluster: Cluster) -> Graph:
       merged into ``v``: on an accelerator they share a call (accelerator times and memory add,
       ``w``'s output never moves), on the CPU ``v`` waits for ``w`` (dropped: a relaxation).
 
-    Nodes keep their ids (a merged node takes that of ``e``, or of ``v``); ``O(n^2)`` for the hulls."""
+    Nodes keep their ids (a merged node takes that of ``e``, or of ``v``); None when a class may
+    run nowhere (no split with one call per accelerator exists). ``O(n^2)`` for the hulls."""
     from .model import reachability
 
     acc, _ = allowed_kinds(graph, cluster)
@@ -461,9 +465,11 @@ def one_call_relaxation(graph: Graph, cluster: Cluster) -> Graph:
                                    supported=nv.supported and nw.supported,
                                    p_cpu=None if nw.p_cpu is None else nv.p_cpu)
                 group[w] = v
-    if (group == np.arange(graph.n)).all():
-        return graph.with_nodes(nodes)
     keep = np.flatnonzero(group == np.arange(graph.n)).tolist()
+    if any(not nodes[i].supported and nodes[i].p_cpu is None for i in keep):
+        return None
+    if len(keep) == graph.n:
+        return graph.with_nodes(nodes)
     edges = list(dict.fromkeys((graph.nodes[group[u]].id, graph.nodes[group[w]].id)
                                for u, w in zip(graph.src.tolist(), graph.dst.tolist()) if group[u] != group[w]))
     return Graph([nodes[i] for i in keep], edges, name=graph.name, defaults=dict(graph.defaults),
