@@ -126,9 +126,19 @@ def colocated(draw, max_nodes: int = 7):
     order = [v.id for v in nodes]
     color = {}
     for _ in range(draw(st.integers(0, 3))):
-        kind = draw(st.sampled_from(["weight", "output", "pair", "far"]))
+        kind = draw(st.sampled_from(["weight", "output", "pair", "far", "tied"]))
         v = draw(st.sampled_from(order))
-        if kind in ("weight", "output") and len(nodes) < max_nodes:
+        if kind == "tied" and len(nodes) + 3 <= max_nodes:  # a weight read through two nodes of its class
+            w = draw(st.sampled_from(order))
+            x, e1, e2 = (f"w{len(nodes) + i}" for i in range(3))
+            tag = f"c{len(color)}"
+            nodes.append(Node(x, p_acc=0.0, p_cpu=0.0, comm=draw(st.sampled_from([0.5, 3.0])), memory=0.5))
+            for e, into in ((e1, v), (e2, w)):
+                nodes.append(Node(e, p_acc=0.5, p_cpu=draw(st.sampled_from([None, 1.0])),
+                                  comm=draw(st.sampled_from([0.5, 3.0])), memory=float(draw(st.integers(0, 1)))))
+                edges += [(x, e), (e, into)]
+            color[x] = color[e1] = color[e2] = tag
+        elif kind in ("weight", "output") and len(nodes) < max_nodes:
             x = f"w{len(nodes)}"
             nodes.append(Node(x, p_acc=draw(st.sampled_from([0.0, 0.5])), p_cpu=draw(st.sampled_from([None, 0.0, 1.0])),
                               comm=draw(st.sampled_from([0.0, 0.5, 2.0])), memory=float(draw(st.integers(0, 2)))))
@@ -216,6 +226,21 @@ def test_a_class_that_cannot_share_a_call_runs_on_the_cpu():
     c = Cluster(2, 1, memory=2.0)
     h = one_call_relaxation(g, c)
     assert not h.supported[h.index["a"]] and not h.supported[h.index["d"]]
+    truth = _optimum(g, c, 1)
+    assert segment_bound(g, c) < segment_bound(g, c, q=1) <= truth + 1e-9
+
+
+def test_a_tied_weight_read_first_and_last_is_paid_for_by_the_last_call():
+    """A weight ``W`` read by an embedding ``E1`` before the first layer and by ``E2`` before the
+    last, all three of one class: with one call per accelerator the class never shares the last
+    layer's call (its hull would hold the whole chain), so that call receives ``E2``'s output."""
+    spec = [("a", 0.5, 20.0, 0.5, 0.5, None), ("x0", 1.0, 20.0, 0.5, 1.0, None), ("x1", 1.0, 20.0, 0.5, 1.0, None),
+            ("x2", 1.0, 20.0, 0.5, 1.0, None), ("x3", 1.0, 20.0, 0.5, 1.0, None), ("W", 0.0, 0.0, 3.0, 0.5, "e"),
+            ("E1", 0.5, 1.0, 0.5, 0.5, "e"), ("E2", 0.5, 1.0, 3.0, 0.5, "e")]
+    g = Graph([Node(v, p_acc=pa, p_cpu=pc, comm=cm, memory=m, color=col) for v, pa, pc, cm, m, col in spec],
+              [("a", "x0"), ("x0", "x1"), ("x1", "x2"), ("x2", "x3"), ("W", "E1"), ("W", "E2"), ("E1", "x2"),
+               ("E2", "x3")])
+    c = Cluster(3, 1, memory=2.5)
     truth = _optimum(g, c, 1)
     assert segment_bound(g, c) < segment_bound(g, c, q=1) <= truth + 1e-9
 

@@ -392,7 +392,8 @@ def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_r
     best = _chain_bound(graph, cluster, levels, max_rows, deadline, calls)
     core = main_core(graph)
     if core is not None and (best is None or math.isfinite(best)):
-        sub = _chain_bound(side_inputs(graph, cluster, core), cluster, levels, max_rows, deadline, calls)
+        sub = _chain_bound(side_inputs(graph, cluster, core, one_call=q == 1), cluster, levels, max_rows, deadline,
+                           calls)
         if sub is not None and (best is None or sub > best):
             best = sub
     return best
@@ -476,21 +477,42 @@ def one_call_relaxation(graph: Graph, cluster: Cluster) -> Graph | None:
                  meta=dict(graph.meta))
 
 
-def side_inputs(graph: Graph, cluster: Cluster, core: np.ndarray) -> Graph:
+def side_inputs(graph: Graph, cluster: Cluster, core: np.ndarray, one_call: bool = False) -> Graph:
     """The subgraph on ``core`` with what its calls pay for the nodes left out: a node ``u`` off
     the core whose one successor ``v`` is on it adds to ``v``'s accelerator time the least of
-    ``p_acc(u)`` (``u`` in ``v``'s call, when an accelerator may run it) and ``c(u)`` (``v``'s
-    call receives ``u``'s output, once: no other node reads it). On the CPU ``v`` pays nothing."""
+    ``p_acc(u)`` (``u`` in ``v``'s call, when that may be) and ``c(u)`` (``v``'s call receives
+    ``u``'s output, once: no other node reads it). On the CPU ``v`` pays nothing.
+
+    ``u`` may share ``v``'s call when an accelerator may run it and, with ``one_call`` (one call
+    per accelerator, a colocation class in one call), when the hull of ``u``'s class and ``v``
+    fits in memory and holds no node that no accelerator runs (a tied embedding read by the
+    first and the last layer never shares the last layer's call)."""
+    from .model import reachability
+
     acc, _ = allowed_kinds(graph, cluster)
     on = np.zeros(graph.n, dtype=bool)
     on[core] = True
+    classes: dict[str, list[int]] = {}
+    for i, x in enumerate(graph.nodes):
+        if x.color is not None:
+            classes.setdefault(x.color, []).append(i)
+    R = reachability(graph) if one_call and classes else None
     extra = np.zeros(graph.n)
     for u in np.flatnonzero(~on).tolist():
-        if len(graph.succ[u]) == 1 and on[graph.succ[u][0]]:
-            extra[graph.succ[u][0]] += min(graph.p_acc[u] if acc[u] else math.inf, graph.comm[u])
+        if len(graph.succ[u]) != 1 or not on[graph.succ[u][0]]:
+            continue
+        v = graph.succ[u][0]
+        share = bool(acc[u])
+        if share and R is not None and graph.nodes[u].color is not None:
+            K = classes[graph.nodes[u].color] + [v]
+            hull = np.zeros(graph.n, dtype=bool)
+            hull[K] = True
+            hull |= R[K].any(axis=0) & R[:, K].any(axis=1)
+            share = bool(acc[hull].all()) and graph.memory[hull].sum() <= cluster.memory
+        extra[v] += min(graph.p_acc[u], graph.comm[u]) if share else graph.comm[u]
     if not extra.any():
         return graph.subgraph(core)
-    nodes = [replace(v, p_acc=v.p_acc + extra[i]) if extra[i] else v for i, v in enumerate(graph.nodes)]
+    nodes = [replace(x, p_acc=x.p_acc + extra[i]) if extra[i] else x for i, x in enumerate(graph.nodes)]
     return graph.with_nodes(nodes).subgraph(core)
 
 
