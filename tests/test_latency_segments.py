@@ -72,8 +72,8 @@ def blocks(draw, max_nodes: int = 7):
     return Graph(nodes, edges), Cluster(accelerators=k, cpus=cpus, memory=memory)
 
 
-def _check(g, c, truth, q=None):
-    b = segment_bound(g, c, q=q)
+def _check(g, c, truth, q=None, count=False):
+    b = segment_bound(g, c, q=q, count_calls=count)
     assert b is not None
     assert b <= truth + 1e-9, (b, truth)
     if math.isinf(b):  # a node that may run nowhere: nothing is feasible
@@ -168,7 +168,9 @@ def test_segment_bound_with_one_call_per_accelerator_never_exceeds_the_optimum_w
     """``q = 1``: classes contracted or held to the CPU, calls counted; the library's exhaustive
     search checks colocation, memory per accelerator and convex calls."""
     g, c = inst
-    _check(g, c, _optimum(g, c, 1), q=1)
+    truth = _optimum(g, c, 1)
+    _check(g, c, truth, q=1)
+    _check(g, c, truth, q=1, count=True)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -182,14 +184,14 @@ def test_segment_bound_with_one_call_per_accelerator_never_exceeds_the_exhaustiv
 @given(blocks(max_nodes=6))
 def test_segment_bound_counting_calls_never_exceeds_the_optimum_on_chains_of_blocks(inst):
     g, c = inst
-    _check(g, c, brute_latency(g, c), q=1)
+    _check(g, c, brute_latency(g, c), q=1, count=True)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(colocated(max_nodes=6))
 def test_segment_bound_counting_two_calls_per_accelerator_never_exceeds_the_optimum(inst):
     g, c = inst
-    _check(g, c, _optimum(g, c, 2), q=2)
+    _check(g, c, _optimum(g, c, 2), q=2, count=True)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -215,7 +217,7 @@ def test_counting_calls_sees_that_a_block_has_no_accelerator_for_its_middle():
               [("s", "a"), ("s", "b"), ("a", "t"), ("b", "t")])
     c = Cluster(1, 1, memory=2.0)
     truth = brute_latency(g, c)
-    assert segment_bound(g, c) < segment_bound(g, c, q=1) <= truth + 1e-9
+    assert segment_bound(g, c) < segment_bound(g, c, q=1, count_calls=True) <= truth + 1e-9
 
 
 def test_a_class_that_cannot_share_a_call_runs_on_the_cpu():
@@ -353,3 +355,18 @@ def test_segment_bound_and_the_articulation_start_refuse_graphs_past_the_table_l
         articulation_units(g, c)
     names = [name for name, _, _ in start_splits(g, c)]
     assert names and not any(name.startswith("articulation") for name in names)
+
+
+def test_the_front_door_certifies_a_latency_answer_with_the_segment_bound(capsys):
+    """``dl.latency`` and ``devplace latency`` raise the answer's bound with `best_latency_bound`
+    for the answer's ``q`` (the segment step included), and say so; the help states its time."""
+    import devplace_lite as dl
+    from devplace_lite.cli import main
+
+    g, c = _block()
+    r = dl.latency(g, c, "greedy")
+    assert r.extra["bound_kind"] == "latency" and r.extra["bound_method"] == "segments"
+    assert r.bound == pytest.approx(best_latency_bound(g, c, q=1).bound) and r.bound <= r.objective + 1e-9
+    with pytest.raises(SystemExit):
+        main(["latency", "--help"])
+    assert "default 20" in " ".join(capsys.readouterr().out.split())

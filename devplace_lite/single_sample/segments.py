@@ -163,15 +163,16 @@ def _closed_sets(nodes: list[int], pred_in: dict[int, list[int]], limit: int) ->
     return sorted(seen)
 
 
-def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int) -> dict[str, np.ndarray] | None:
+def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int, count: bool = False) -> dict[str, np.ndarray] | None:
     """The (D, U) pairs of one branch ``comp`` (topologically sorted) of the segment between
     ``s`` and ``t``, as columns: ``memD``, ``A`` (compute and sends of D), ``memU``, ``R``
     (compute and receives of U and of ``t`` from this branch), ``B`` (the latest M-node feeding
     U or t, after finish(C)), ``Bc`` (the latest predecessor of ``t`` when ``t`` runs on the
     CPU, for U empty), ``eS`` (``s`` feeds a node of the branch outside D), ``fS`` (``s`` feeds
     a node of U), ``mid`` (some node of ``M`` runs on an accelerator: the segment has a call
-    that holds neither ``s`` nor ``t``; each (D, U) comes once with ``M`` on the CPU and, when
-    ``M`` has a node an accelerator may run, once with ``mid``), ``Dempty``, ``Uempty``."""
+    that holds neither ``s`` nor ``t``; with ``count`` each (D, U) comes once with ``M`` on the
+    CPU and, when ``M`` has a node an accelerator may run, once with ``mid``; without, once with
+    ``M`` free and ``mid`` false), ``Dempty``, ``Uempty``."""
     inset = set(comp)
     pred_in = {x: [u for u in a.pred[x] if u in inset] for x in comp}
     succ_in = {x: [w for w in a.succ[x] if w in inset] for x in comp}
@@ -194,7 +195,7 @@ def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int) -> dict[str
         # the path program inside M, from finish(C) = 0, twice: M's nodes free to run in calls
         # of their own (`mid`: the segment has a middle call), and M held to the CPU
         off, rd = _middle_paths(a, comp, D, bit, s, free=True)
-        off0, rd0 = _middle_paths(a, comp, D, bit, s, free=False)
+        off0, rd0 = _middle_paths(a, comp, D, bit, s, free=False) if count else (off, rd)
         memD = float(sum(a.mem[x] for x in comp if D & bit[x]))
         A = 0.0
         for x in comp:
@@ -225,7 +226,9 @@ def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int) -> dict[str
                     R += a.p_acc[x]
             memU = float(sum(a.mem[x] for x in comp if U & bit[x]))
             # a row with M on the CPU, and one with a middle call when M has a node for one
-            for mid, b, bc in ((False, B0, Bc0), (True, B, Bc))[:2 if accmask & ~(D | U) else 1]:
+            variants = ((False, B0, Bc0), (True, B, Bc))[:2 if accmask & ~(D | U) else 1] if count else \
+                ((False, B, Bc),)
+            for mid, b, bc in variants:
                 for key, val in (("memD", memD), ("A", A), ("memU", memU), ("R", R), ("B", b), ("Bc", bc),
                                  ("eS", eS), ("fS", bool(fed_by_s & U)), ("mid", mid), ("Dempty", D == 0),
                                  ("Uempty", U == 0)):
@@ -352,7 +355,7 @@ def _components(a: _Aug, X: list[int]) -> list[list[int]]:
 
 
 def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_rows: int = MAX_ROWS,
-                  deadline: float | None = None, q: int | None = None) -> float | None:
+                  deadline: float | None = None, q: int | None = None, count_calls: bool = False) -> float | None:
     """The lower bound of the module docstring on the latency of any split with at most ``q``
     calls per accelerator (None: any number), or None when a segment is too large to enumerate
     (see `MAX_ROWS`, `MAX_SETS`) or the ``deadline`` (a `time.perf_counter` value) passes first.
@@ -364,9 +367,13 @@ def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_r
     levels : memory levels of a call; more is tighter and slower.
     max_rows : most combinations of branch choices one segment may keep.
     deadline : stop (None) once `time.perf_counter` passes it.
-    q : calls per accelerator of the splits bounded: the program then counts calls (at most
-        ``k q``), and with ``q = 1`` it first applies `one_call_relaxation` (a colocation class
-        on an accelerator is one call). None: any number of calls.
+    q : calls per accelerator of the splits bounded; with ``q = 1`` the program first applies
+        `one_call_relaxation` (a colocation class on an accelerator is one call). None: any
+        number of calls.
+    count_calls : with ``q``, also count the calls (at most ``k q``: each articulation node's,
+        and one for a segment whose middle runs on an accelerator). Valid and tested; on the
+        authors' eight latency inputs it raised no bound and cost about a third more time (each
+        branch's rows come twice), so the certifier leaves it off.
 
     Returns
     -------
@@ -383,7 +390,7 @@ def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_r
     """
     if graph.n == 0:
         return 0.0
-    calls = None if q is None else cluster.k * max(1, int(q))
+    calls = cluster.k * max(1, int(q)) if q is not None and count_calls else None
     if q == 1:
         relaxed = one_call_relaxation(graph, cluster)
         if relaxed is None:
@@ -559,7 +566,7 @@ def _chain_bound(graph: Graph, cluster: Cluster, levels: int, max_rows: int, dea
             return None
         tables = []
         for comp in comps:
-            tab = _branch_rows(a, comp, s, t, tau)
+            tab = _branch_rows(a, comp, s, t, tau, count=calls is not None)
             if tab is None:
                 return None
             tables.append(tab)
