@@ -38,9 +38,23 @@ any ``q``), calls of one device waiting for each other, and memory (rounded down
 levels) of calls other than those of articulation nodes. On a chain with as many accelerators
 as nodes and memory in multiples of ``M / S`` it is exact.
 
+Operator graphs hang weights, constants and dead-end outputs off the side, which hides the
+articulation nodes: the program also runs on `main_core` (the nodes on paths from the main input
+to the main output), each core node charged what its call must pay for the off-core nodes that
+only it reads (`side_inputs`). With one call per accelerator (``q = 1``, what the searches and
+the IP return), a colocation class on an accelerator is one call, and `one_call_relaxation`
+first makes that a graph: an operator with its weights and dead-end outputs becomes one node
+(their memory then counts), a class whose hull fits no call runs on the CPU (a tied embedding
+read by the first and the last layer). On ResNet-50's operator graph this is the difference
+between 465.9 ms (the weights' memory left out, so a call could hold more than fits) and
+651.1 ms, the latency of the best split found: proven optimal. ``count_calls`` adds the number
+of calls to the state (at most ``k q``; a segment whose middle runs on an accelerator holds at
+least one call of its own).
+
 Complexity: per segment, the product over its branches of the (down-set, up-set) pairs of each,
-after pruning; `segment_bound` gives up (``None``) when that exceeds ``max_rows`` or a branch has
-more than 62 nodes. ``O(n^2)`` for the reachability table.
+after pruning (twice that with ``count_calls``, times ``k q`` counts); `segment_bound` gives up
+(``None``) when that exceeds ``max_rows`` or a branch has more than 62 nodes. ``O(n^2)`` for the
+reachability table and the hulls of the colocation classes.
 
 Example
 -------
@@ -736,7 +750,8 @@ def best_latency_bound(graph: Graph, cluster: Cluster, q: int = 1, *, time_limit
     1. `critical_path_bound` and `work_bound` (closed form);
     2. `ready_bounds`: the path and interval programs (``q`` calls per accelerator);
     3. `devplace_lite.single_sample.segments.segment_bound`: the articulation chain with each block
-       cut exactly (valid for any ``q``; ``None``, so skipped, on graphs it cannot split).
+       cut exactly, for ``q`` calls per accelerator (with ``q = 1`` colocation classes are calls:
+       `one_call_relaxation`; ``None``, so skipped, on graphs it cannot split).
 
     Steps 2 and 3 keep ``n x n`` tables and are skipped past `devplace_lite.single_sample.model.reach_nodes` nodes. It stops
     once the bound meets ``upper`` (a known split's latency) or the time is up; a step stopped
