@@ -61,8 +61,8 @@ BOUND_SHARE = 0.2
 #: Default seconds of a latency answer's certificate, and its share of the time limit: the
 #: segment bound that closes the authors' inputs takes up to 4 CPU seconds (Inception-v3), more
 #: wall time on a busy machine, and the latency searches gain little in their last seconds.
-LATENCY_BOUND_TIME = 20.0
-LATENCY_BOUND_SHARE = 0.3
+LATENCY_BOUND_TIME = 15.0
+LATENCY_BOUND_SHARE = 0.25
 #: The share of the time limit (at most one second) kept for the answer and the caller's exit.
 EXIT_SHARE = 0.1
 #: Seconds a method gets at least, however little of the time limit is left.

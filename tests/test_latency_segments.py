@@ -369,4 +369,4 @@ def test_the_front_door_certifies_a_latency_answer_with_the_segment_bound(capsys
     assert r.bound == pytest.approx(best_latency_bound(g, c, q=1).bound) and r.bound <= r.objective + 1e-9
     with pytest.raises(SystemExit):
         main(["latency", "--help"])
-    assert "default 20" in " ".join(capsys.readouterr().out.split())
+    assert "default 15" in " ".join(capsys.readouterr().out.split())

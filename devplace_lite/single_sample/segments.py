@@ -177,7 +177,17 @@ def _closed_sets(nodes: list[int], pred_in: dict[int, list[int]], limit: int) ->
     return sorted(seen)
 
 
-def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int, count: bool = False) -> dict[str, np.ndarray] | None:
+class _Late(Exception):
+    """The deadline passed midway through a segment (what was finished before it stands)."""
+
+
+def _on_time(deadline: float | None) -> None:
+    if deadline is not None and time.perf_counter() > deadline:
+        raise _Late()
+
+
+def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int, count: bool = False,
+                 deadline: float | None = None) -> dict[str, np.ndarray] | None:
     """The (D, U) pairs of one branch ``comp`` (topologically sorted) of the segment between
     ``s`` and ``t``, as columns: ``memD``, ``A`` (compute and sends of D), ``memU``, ``R``
     (compute and receives of U and of ``t`` from this branch), ``B`` (the latest M-node feeding
@@ -206,6 +216,7 @@ def _branch_rows(a: _Aug, comp: list[int], s: int, t: int, tau: int, count: bool
     cols: dict[str, list] = {k: [] for k in ("memD", "A", "memU", "R", "B", "Bc", "eS", "fS", "mid", "Dempty",
                                              "Uempty")}
     for D in downs:
+        _on_time(deadline)
         # the path program inside M, from finish(C) = 0, twice: M's nodes free to run in calls
         # of their own (`mid`: the segment has a middle call), and M held to the CPU
         off, rd = _middle_paths(a, comp, D, bit, s, free=True)
@@ -280,7 +291,7 @@ def _floor(x):
 
 
 def _combine(tables: list[dict[str, np.ndarray]], keys: tuple[str, ...], cost: tuple[str, ...], wait: str,
-             levels: int, max_rows: int) -> dict[str, np.ndarray] | None:
+             levels: int, max_rows: int, deadline: float | None = None) -> dict[str, np.ndarray] | None:
     """Every choice of one row per branch: memory (``keys`` starting ``mem``) and ``cost``
     summed, ``wait`` maxed, flags (`FLAGS`) or-ed; per key only the rows whose
     (cost, wait) no other row of that key beats. Memory is counted in steps of ``2^i`` levels,
@@ -289,7 +300,7 @@ def _combine(tables: list[dict[str, np.ndarray]], keys: tuple[str, ...], cost: t
     call is too many."""
     step = 1
     while step <= levels:
-        rows = _combine_at(tables, keys, cost, wait, levels // step, step, max_rows)
+        rows = _combine_at(tables, keys, cost, wait, levels // step, step, max_rows, deadline)
         if rows is not None:
             for k in keys:
                 if k.startswith("mem"):
@@ -299,10 +310,11 @@ def _combine(tables: list[dict[str, np.ndarray]], keys: tuple[str, ...], cost: t
     return None
 
 
-def _combine_at(tables, keys, cost, wait, top: int, step: int, max_rows: int):
+def _combine_at(tables, keys, cost, wait, top: int, step: int, max_rows: int, deadline: float | None = None):
     acc = {k: np.zeros(1, dtype=bool if k in FLAGS else np.int64) for k in keys}
     acc["W"], acc["B"] = np.zeros(1), np.zeros(1)
     for tab in tables:
+        _on_time(deadline)
         r1, r2 = len(acc["W"]), len(tab[wait])
         if r1 * r2 > max_rows:
             return None
@@ -410,11 +422,17 @@ def segment_bound(graph: Graph, cluster: Cluster, *, levels: int = LEVELS, max_r
         if relaxed is None:
             return math.inf
         graph = relaxed
-    best = _chain_bound(graph, cluster, levels, max_rows, deadline, calls)
+    try:
+        best = _chain_bound(graph, cluster, levels, max_rows, deadline, calls)
+    except _Late:
+        return None
     core = main_core(graph)
     if core is not None and (best is None or math.isfinite(best)):
-        sub = _chain_bound(side_inputs(graph, cluster, core, one_call=q == 1), cluster, levels, max_rows, deadline,
-                           calls)
+        try:
+            sub = _chain_bound(side_inputs(graph, cluster, core, one_call=q == 1), cluster, levels, max_rows,
+                               deadline, calls)
+        except _Late:
+            sub = None
         if sub is not None and (best is None or sub > best):
             best = sub
     return best
@@ -580,7 +598,7 @@ def _chain_bound(graph: Graph, cluster: Cluster, levels: int, max_rows: int, dea
             return None
         tables = []
         for comp in comps:
-            tab = _branch_rows(a, comp, s, t, tau, count=calls is not None)
+            tab = _branch_rows(a, comp, s, t, tau, count=calls is not None, deadline=deadline)
             if tab is None:
                 return None
             tables.append(tab)
@@ -599,7 +617,8 @@ def _chain_bound(graph: Graph, cluster: Cluster, levels: int, max_rows: int, dea
                 if mX <= S:
                     G2[:, mX:] = np.minimum(G2[:, mX:], G[:, :S + 1 - mX] + float(a.p_acc[X].sum()) + a.p_acc[t])
             if live:  # s on an accelerator, its call ends in the segment
-                rows = _combine(tables, ("memD", "memU", "eS", "fS", "mid"), ("A", "R"), "B", S, max_rows)
+                rows = _combine(tables, ("memD", "memU", "eS", "fS", "mid"), ("A", "R"), "B", S, max_rows,
+                                deadline)
                 if rows is None:
                     return None
                 val = (rows["W"] + cs * ((rows["eS"] | direct).astype(float) + (rows["fS"] | direct).astype(float))
@@ -608,7 +627,7 @@ def _chain_bound(graph: Graph, cluster: Cluster, levels: int, max_rows: int, dea
                           (1 + rows["mid"]) * inc)
             if np.isfinite(Tpre).any():  # s on the CPU
                 rows = _combine([{k: v[tab["Dempty"]] for k, v in tab.items()} for tab in tables],
-                                ("memU", "fS", "mid"), ("R",), "B", S, max_rows)
+                                ("memU", "fS", "mid"), ("R",), "B", S, max_rows, deadline)
                 if rows is None:
                     return None
                 val = rows["W"] + cs * (rows["fS"] | direct).astype(float) + rows["B"] + a.p_acc[t]
@@ -617,7 +636,7 @@ def _chain_bound(graph: Graph, cluster: Cluster, levels: int, max_rows: int, dea
         if math.isfinite(a.p_cpu[t]):
             only = [{k: v[tab["Uempty"]] for k, v in tab.items()} for tab in tables]
             if live:
-                rows = _combine(only, ("memD", "eS", "mid"), ("A",), "Bc", S, max_rows)
+                rows = _combine(only, ("memD", "eS", "mid"), ("A",), "Bc", S, max_rows, deadline)
                 if rows is None:
                     return None
                 val = rows["W"] + cs * (rows["eS"] | direct).astype(float) + rows["B"] + a.p_cpu[t]
