@@ -370,3 +370,14 @@ def test_the_front_door_certifies_a_latency_answer_with_the_segment_bound(capsys
     with pytest.raises(SystemExit):
         main(["latency", "--help"])
     assert "default 15" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_certificate_bounds_as_many_calls_as_the_answer_runs():
+    """An answer whose pieces put two calls on one accelerator is certified for two calls per
+    accelerator, whatever ``q`` it states (the one-call relaxation would not hold for it)."""
+    from devplace_lite import methods
+
+    fam = methods.BOUND_FAMILIES["latency"]
+    assert fam.kwargs({"q": 1, "pieces": {"a": 0, "b": 1}}) == {"q": 2}
+    assert fam.kwargs({"q": 1, "pieces": {"a": 0, "b": 0}}) == {"q": 1}
+    assert fam.kwargs({}) == {"q": 1}
