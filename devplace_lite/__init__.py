@@ -40,7 +40,7 @@ from .io import load_graph
 from . import solve
 from .methods import BOUND, LATENCY, PARTITION
 from .result import Result
-from .solve import BOUND_TIME
+from .solve import BOUND_TIME, LATENCY_BOUND_TIME
 
 if TYPE_CHECKING:  # the bounds (and numba) load only when a bound is asked for
     from .result import Bound
@@ -97,7 +97,7 @@ def partition(graph: Graph | str | PathLike, cluster: Cluster | None = None, met
 
 
 def latency(graph: Graph | str | PathLike, cluster: Cluster | None = None, method: str = "ip", *,
-            time_limit: float | None = None, bound_time: float = BOUND_TIME, certify: bool = True,
+            time_limit: float | None = None, bound_time: float = LATENCY_BOUND_TIME, certify: bool = True,
             seed: int = 0) -> Result:
     """Minimise one sample's latency (inference) with a method of
     `devplace_lite.methods.LATENCY`, certified by the latency bounds: what ``devplace latency``

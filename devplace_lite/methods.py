@@ -236,7 +236,10 @@ class Family:
 BOUND_FAMILIES: dict[str, Family] = {
     "chain": Family(BOUND["best"], lambda extra: {"kind": "chain"}),
     "any": Family(BOUND["best"], lambda extra: {"kind": "any"}),
-    "latency": Family(LATENCY_BOUND["best"], lambda extra: {"q": int(extra.get("q", 1))}),
+    # the calls the answer runs per accelerator: its ``q``, or more if its pieces say so (the
+    # one-call bound holds only for splits with one call per accelerator)
+    "latency": Family(LATENCY_BOUND["best"], lambda extra: {
+        "q": max(int(extra.get("q", 1)), 1 + max(extra.get("pieces", {}).values(), default=0))}),
 }
 
 

@@ -8,7 +8,8 @@ chapters): the answer within a wall-time budget that covers everything the call 
 lower bound behind every answer (a heuristic's included) and a status the bound supports.
 
 * `partition` / `latency`: run the method with what the budget leaves less the certificate's
-  share (at most `BOUND_SHARE` of it, at most ``bound_time``), then raise the answer's bound with
+  share (at most `BOUND_SHARE` of it, `LATENCY_BOUND_SHARE` for latency, at most ``bound_time``),
+  then raise the answer's bound with
   the bound family its registry entry names (``Method.certificate``) for what is left, at most
   ``bound_time`` seconds;
 * `bound`: run a bound method of `methods.BOUND` within the budget, keeping what its finished
@@ -57,6 +58,11 @@ from .result import Result
 BOUND_TIME = 5.0
 #: The share of what is left of the time limit kept for the certifying bound, at most.
 BOUND_SHARE = 0.2
+#: Default seconds of a latency answer's certificate, and its share of the time limit: the
+#: segment bound that closes the authors' inputs takes up to 4 CPU seconds (Inception-v3), more
+#: wall time on a busy machine, and the latency searches gain little in their last seconds.
+LATENCY_BOUND_TIME = 15.0
+LATENCY_BOUND_SHARE = 0.25
 #: The share of the time limit (at most one second) kept for the answer and the caller's exit.
 EXIT_SHARE = 0.1
 #: Seconds a method gets at least, however little of the time limit is left.
@@ -136,25 +142,28 @@ def partition(graph: Graph, cluster: Cluster, method: str, *, time_limit: float 
     ------
     UsageError for an unknown method; the method's own errors (GraphError, LimitError, ...).
     """
-    return _run(methods.PARTITION, "method", graph, cluster, method, time_limit, bound_time, certify, seed, started)
+    return _run(methods.PARTITION, "method", graph, cluster, method, time_limit, bound_time, certify, seed, started,
+                BOUND_SHARE)
 
 
 def latency(graph: Graph, cluster: Cluster, method: str, *, time_limit: float | None = None,
-            bound_time: float = BOUND_TIME, certify: bool = True, seed: int = 0,
+            bound_time: float = LATENCY_BOUND_TIME, certify: bool = True, seed: int = 0,
             started: float | None = None) -> Result:
     """A method of `methods.LATENCY` (one sample's finish time, inference), certified by the
-    latency bounds; parameters, returns and errors as for `partition`."""
+    latency bounds (`LATENCY_BOUND_TIME` seconds and `LATENCY_BOUND_SHARE` of the time limit at
+    most); parameters, returns and errors as for `partition`."""
     return _run(methods.LATENCY, "latency method", graph, cluster, method, time_limit, bound_time, certify, seed,
-                started)
+                started, LATENCY_BOUND_SHARE)
 
 
 def _run(registry: dict[str, methods.Method], what: str, graph: Graph, cluster: Cluster, method: str,
-         time_limit: float | None, bound_time: float, certify: bool, seed: int, started: float | None) -> Result:
+         time_limit: float | None, bound_time: float, certify: bool, seed: int, started: float | None,
+         share: float) -> Result:
     entry = methods.entry(registry, method, what)
     budget = Budget(time_limit, time.monotonic() if started is None else started)
     bound_time = bound_time if certify else 0.0
     left = budget.left()
-    reserve = min(bound_time, BOUND_SHARE * left) if left is not None else 0.0
+    reserve = min(bound_time, share * left) if left is not None else 0.0
     res = entry.load()(graph, cluster, time_limit=None if left is None else max(left - reserve, MIN_SLICE), seed=seed)
     left = budget.left()
     seconds = bound_time if left is None else min(bound_time, left - MIN_SLICE)

@@ -5,6 +5,7 @@ accelerator), on tiny random graphs and on chains of small blocks like the publi
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +18,8 @@ from devplace_lite.single_sample.model import exhaustive_latency
 from devplace_lite.single_sample.bounds import critical_path_bound, latency_bound, work_bound
 from devplace_lite.cost import violations
 from devplace_lite.single_sample.model import call_latency
-from devplace_lite.single_sample.segments import articulation_split, articulation_units, best_latency_bound, segment_bound
+from devplace_lite.single_sample.segments import (articulation_split, articulation_units, best_latency_bound,
+                                                  one_call_relaxation, segment_bound)
 
 
 @st.composite
@@ -70,8 +72,8 @@ def blocks(draw, max_nodes: int = 7):
     return Graph(nodes, edges), Cluster(accelerators=k, cpus=cpus, memory=memory)
 
 
-def _check(g, c, truth):
-    b = segment_bound(g, c)
+def _check(g, c, truth, q=None, count=False):
+    b = segment_bound(g, c, q=q, count_calls=count)
     assert b is not None
     assert b <= truth + 1e-9, (b, truth)
     if math.isinf(b):  # a node that may run nowhere: nothing is feasible
@@ -112,6 +114,137 @@ def test_segment_bound_is_exact_on_a_chain_with_a_call_per_node_to_spare(n, data
     g = Graph(nodes, [(f"v{i}", f"v{i + 1}") for i in range(n - 1)])
     c = Cluster(accelerators=n, cpus=1, memory=4.0)
     assert segment_bound(g, c) == pytest.approx(brute_latency(g, c))
+
+
+@st.composite
+def colocated(draw, max_nodes: int = 7):
+    """A graph of `blocks` with operator-graph colocation drawn on top: weight sources of an
+    operator's class, dead-end outputs of its class, an operator with its successor, and now
+    and then a class of two nodes far apart (the tied embedding of a language model)."""
+    g, c = draw(blocks(max_nodes=max_nodes - 2))
+    nodes, edges = list(g.nodes), list(g.edges)
+    order = [v.id for v in nodes]
+    color = {}
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["weight", "output", "pair", "far", "tied"]))
+        v = draw(st.sampled_from(order))
+        if kind == "tied" and len(nodes) + 3 <= max_nodes:  # a weight read through two nodes of its class
+            w = draw(st.sampled_from(order))
+            x, e1, e2 = (f"w{len(nodes) + i}" for i in range(3))
+            tag = f"c{len(color)}"
+            nodes.append(Node(x, p_acc=0.0, p_cpu=0.0, comm=draw(st.sampled_from([0.5, 3.0])), memory=0.5))
+            for e, into in ((e1, v), (e2, w)):
+                nodes.append(Node(e, p_acc=0.5, p_cpu=draw(st.sampled_from([None, 1.0])),
+                                  comm=draw(st.sampled_from([0.5, 3.0])), memory=float(draw(st.integers(0, 1)))))
+                edges += [(x, e), (e, into)]
+            color[x] = color[e1] = color[e2] = tag
+        elif kind in ("weight", "output") and len(nodes) < max_nodes:
+            x = f"w{len(nodes)}"
+            nodes.append(Node(x, p_acc=draw(st.sampled_from([0.0, 0.5])), p_cpu=draw(st.sampled_from([None, 0.0, 1.0])),
+                              comm=draw(st.sampled_from([0.0, 0.5, 2.0])), memory=float(draw(st.integers(0, 2)))))
+            edges.append((x, v) if kind == "weight" else (v, x))
+            color[x] = color[v] = color.get(v, f"c{len(color)}")
+        elif kind == "pair":
+            succ = [w for u, w in edges if u == v]
+            if succ:
+                w = draw(st.sampled_from(succ))
+                color[v] = color[w] = color.get(v, color.get(w, f"c{len(color)}"))
+        else:
+            w = draw(st.sampled_from(order))
+            if w != v:
+                color[v] = color[w] = f"c{len(color)}"
+    nodes = [replace(x, color=color.get(x.id)) for x in nodes]
+    return Graph(nodes, edges), Cluster(accelerators=c.k, cpus=c.l, memory=c.memory)
+
+
+def _optimum(g, c, q):
+    r = exhaustive_latency(g, c, q=q)
+    return math.inf if r.objective is None else r.objective
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(colocated())
+def test_segment_bound_with_one_call_per_accelerator_never_exceeds_the_optimum_with_colocation(inst):
+    """``q = 1``: classes contracted or held to the CPU, calls counted; the library's exhaustive
+    search checks colocation, memory per accelerator and convex calls."""
+    g, c = inst
+    truth = _optimum(g, c, 1)
+    _check(g, c, truth, q=1)
+    _check(g, c, truth, q=1, count=True)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_segment_bound_with_one_call_per_accelerator_never_exceeds_the_exhaustive_optimum(inst):
+    g, c = inst
+    _check(g, c, brute_latency(g, c), q=1)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks(max_nodes=6))
+def test_segment_bound_counting_calls_never_exceeds_the_optimum_on_chains_of_blocks(inst):
+    g, c = inst
+    _check(g, c, brute_latency(g, c), q=1, count=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(colocated(max_nodes=6))
+def test_segment_bound_counting_two_calls_per_accelerator_never_exceeds_the_optimum(inst):
+    g, c = inst
+    _check(g, c, _optimum(g, c, 2), q=2, count=True)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(colocated())
+def test_one_call_relaxation_keeps_every_node_or_merges_it(inst):
+    """Each node of the relaxation is a node of the graph; what is merged sums into it."""
+    g, c = inst
+    h = one_call_relaxation(g, c)
+    if h is None:  # a class that fits no call and has a node no CPU runs: nothing is feasible
+        assert math.isinf(_optimum(g, c, 1))
+        return
+    assert set(h.index) <= set(g.index)
+    assert h.p_acc.sum() == pytest.approx(g.p_acc.sum())
+    assert h.memory.sum() == pytest.approx(g.memory.sum())
+
+
+def test_counting_calls_sees_that_a_block_has_no_accelerator_for_its_middle():
+    """s -> {a, b} -> t, one accelerator whose memory holds two of the four: one call may hold
+    s and a, the other branch must wait on the CPU; without the count a middle call is free."""
+    spec = [("s", 1.0, 10.0, 0.5, 1.0), ("a", 1.0, 10.0, 0.5, 1.0), ("b", 1.0, 10.0, 0.5, 1.0),
+            ("t", 1.0, 10.0, 0.5, 1.0)]
+    g = Graph([Node(v, p_acc=pa, p_cpu=pc, comm=cm, memory=m) for v, pa, pc, cm, m in spec],
+              [("s", "a"), ("s", "b"), ("a", "t"), ("b", "t")])
+    c = Cluster(1, 1, memory=2.0)
+    truth = brute_latency(g, c)
+    assert segment_bound(g, c) < segment_bound(g, c, q=1, count_calls=True) <= truth + 1e-9
+
+
+def test_a_class_that_cannot_share_a_call_runs_on_the_cpu():
+    """The first and last node of a chain in one class: with one call per accelerator the class
+    holds the whole chain, which does not fit, so both run on the CPU."""
+    g = Graph([Node(x, p_acc=1.0, p_cpu=5.0, comm=0.5, memory=1.0, color="e" if x in "ad" else None)
+               for x in "abcd"], [("a", "b"), ("b", "c"), ("c", "d")])
+    c = Cluster(2, 1, memory=2.0)
+    h = one_call_relaxation(g, c)
+    assert not h.supported[h.index["a"]] and not h.supported[h.index["d"]]
+    truth = _optimum(g, c, 1)
+    assert segment_bound(g, c) < segment_bound(g, c, q=1) <= truth + 1e-9
+
+
+def test_a_tied_weight_read_first_and_last_is_paid_for_by_the_last_call():
+    """A weight ``W`` read by an embedding ``E1`` before the first layer and by ``E2`` before the
+    last, all three of one class: with one call per accelerator the class never shares the last
+    layer's call (its hull would hold the whole chain), so that call receives ``E2``'s output."""
+    spec = [("a", 0.5, 20.0, 0.5, 0.5, None), ("x0", 1.0, 20.0, 0.5, 1.0, None), ("x1", 1.0, 20.0, 0.5, 1.0, None),
+            ("x2", 1.0, 20.0, 0.5, 1.0, None), ("x3", 1.0, 20.0, 0.5, 1.0, None), ("W", 0.0, 0.0, 3.0, 0.5, "e"),
+            ("E1", 0.5, 1.0, 0.5, 0.5, "e"), ("E2", 0.5, 1.0, 3.0, 0.5, "e")]
+    g = Graph([Node(v, p_acc=pa, p_cpu=pc, comm=cm, memory=m, color=col) for v, pa, pc, cm, m, col in spec],
+              [("a", "x0"), ("x0", "x1"), ("x1", "x2"), ("x2", "x3"), ("W", "E1"), ("W", "E2"), ("E1", "x2"),
+               ("E2", "x3")])
+    c = Cluster(3, 1, memory=2.5)
+    truth = _optimum(g, c, 1)
+    assert segment_bound(g, c) < segment_bound(g, c, q=1) <= truth + 1e-9
 
 
 def _block():
@@ -222,3 +355,29 @@ def test_segment_bound_and_the_articulation_start_refuse_graphs_past_the_table_l
         articulation_units(g, c)
     names = [name for name, _, _ in start_splits(g, c)]
     assert names and not any(name.startswith("articulation") for name in names)
+
+
+def test_the_front_door_certifies_a_latency_answer_with_the_segment_bound(capsys):
+    """``dl.latency`` and ``devplace latency`` raise the answer's bound with `best_latency_bound`
+    for the answer's ``q`` (the segment step included), and say so; the help states its time."""
+    import devplace_lite as dl
+    from devplace_lite.cli import main
+
+    g, c = _block()
+    r = dl.latency(g, c, "greedy")
+    assert r.extra["bound_kind"] == "latency" and r.extra["bound_method"] == "segments"
+    assert r.bound == pytest.approx(best_latency_bound(g, c, q=1).bound) and r.bound <= r.objective + 1e-9
+    with pytest.raises(SystemExit):
+        main(["latency", "--help"])
+    assert "default 15" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_certificate_bounds_as_many_calls_as_the_answer_runs():
+    """An answer whose pieces put two calls on one accelerator is certified for two calls per
+    accelerator, whatever ``q`` it states (the one-call relaxation would not hold for it)."""
+    from devplace_lite import methods
+
+    fam = methods.BOUND_FAMILIES["latency"]
+    assert fam.kwargs({"q": 1, "pieces": {"a": 0, "b": 1}}) == {"q": 2}
+    assert fam.kwargs({"q": 1, "pieces": {"a": 0, "b": 0}}) == {"q": 1}
+    assert fam.kwargs({}) == {"q": 1}

@@ -21,10 +21,13 @@ def add_arguments(s: argparse.ArgumentParser, registry: dict[str, methods.Method
     s.add_argument("--out", help="also write the JSON answer to this file (atomically; not an input)")
     s.add_argument("--json", action="store_true")
     add_quiet(s)
-    s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=solve.BOUND_TIME, metavar="S",
+    latency = registry is methods.LATENCY
+    seconds = solve.LATENCY_BOUND_TIME if latency else solve.BOUND_TIME
+    share = solve.LATENCY_BOUND_SHARE if latency else solve.BOUND_SHARE
+    s.add_argument("--bound-time", type=options.SECONDS_OR_ZERO, default=seconds, metavar="S",
                    help=f"seconds for the library's best lower bound behind the gap field, run after a "
-                        f"method that did not prove optimality (default {solve.BOUND_TIME:g}; 0: skip). With "
-                        f"--time-limit it fits inside that limit: at most {solve.BOUND_SHARE * 100:.0f}%% of it is kept "
+                        f"method that did not prove optimality (default {seconds:g}; 0: skip). With "
+                        f"--time-limit it fits inside that limit: at most {share * 100:.0f}%% of it is kept "
                         "for the bound, and the bound gets what the method left")
 
 
