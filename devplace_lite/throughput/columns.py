@@ -83,8 +83,8 @@ class _Parts:
     """What every guess of ``T`` shares: the unit graph, producers, the convexity pairs and the
     topological orders whose intervals are the cheap columns."""
 
-    def __init__(self, data: UnitCosts, seed: int = 0) -> None:
-        self.data = data
+    def __init__(self, data: UnitCosts, upper: float, seed: int = 0) -> None:
+        self.data, self.upper = data, upper
         g, unit = data.graph, data.unit
         self.producers, self.pairs = comm_pairs(data)
         self.comm = g.comm[self.producers] if self.producers else np.zeros(0)
@@ -95,10 +95,12 @@ class _Parts:
         self.orders = _topological_orders(data.U, sorted(arcs), seed)
         # consumers of each producer row, as unit ids (the pairs are distinct)
         self.consumers: list[list[int]] = [[] for _ in self.producers]
+        self.pair_row = np.array([r for r, _ in self.pairs], dtype=np.int64)
+        self.pair_unit = np.array([w for _, w in self.pairs], dtype=np.int64)
         for r, w in self.pairs:
             self.consumers[r].append(w)
         self.pool: dict[tuple[bool, bytes], tuple[np.ndarray, bool, float]] = {}
-        self.table = _PairTable.table(self)
+        self.table = _PairTable.table(self, upper)
 
     def keep(self, master: "_Master", members: np.ndarray, cpu: bool) -> bool:
         """Add a column to the master (and to the pool the next guesses start from)."""
@@ -114,12 +116,10 @@ class _Parts:
     def load(self, members: np.ndarray) -> float:
         """Accelerator load of a unit set given as a boolean mask."""
         d = self.data
-        inside = members[self.prod_unit] if len(self.producers) else np.zeros(0, dtype=bool)
-        cross = np.array([inside[r] != bool(members[w]) for r, w in self.pairs], dtype=bool)
         crossed = np.zeros(len(self.producers), dtype=bool)
         if len(self.pairs):
-            rows = np.array([r for r, _ in self.pairs])
-            np.logical_or.at(crossed, rows, cross)
+            cross = members[self.prod_unit[self.pair_row]] != members[self.pair_unit]
+            np.logical_or.at(crossed, self.pair_row, cross)
         return float(d.pa[members].sum() + self.comm[crossed].sum())
 
 
@@ -220,7 +220,7 @@ class _PairTable:
     def __init__(self, parts: "_Parts", members: np.ndarray, ii: np.ndarray, jj: np.ndarray) -> None:
         d = parts.data
         self.B, self.ii, self.jj = members, ii, jj
-        Bf = members.astype(float)
+        Bf = self.Bf = members.astype(float)
         diff = lambda v: (Bf @ v)[ii] - (Bf @ v)[jj]  # noqa: E731  (J ⊆ I: sums subtract)
         self.acc_load = diff(d.pa)
         self.cpu_load = diff(d.pc)
@@ -228,22 +228,22 @@ class _PairTable:
         self.cpu_bad = diff((~d.cpu_ok).astype(float)) > 0.5
         self.mem = diff(memory_share(d)) if d.memory_binds else None
         if len(parts.producers):  # consumers of each producer inside S, and whether it is in S
-            cons = np.zeros((d.U, len(parts.producers)))
-            for r, w in parts.pairs:
-                cons[w, r] = 1.0
-            C = Bf @ cons
-            total = cons.sum(axis=0)
-            P = Bf[:, parts.prod_unit]
+            cons = np.zeros((d.U, len(parts.producers)), dtype=np.float32)
+            cons[parts.pair_unit, parts.pair_row] = 1.0
+            C = Bf.astype(np.float32) @ cons
+            total = cons.sum(axis=0) - np.float32(0.5)
+            P = members[:, parts.prod_unit]
+            comm = parts.comm.astype(np.float32)
             for lo in range(0, len(ii), 20000):
                 a, b = ii[lo:lo + 20000], jj[lo:lo + 20000]
                 inside = C[a] - C[b]
-                own = (P[a] - P[b]) > 0.5
-                cross = np.where(own, inside < total - 0.5, inside > 0.5)
-                self.acc_load[lo:lo + 20000] += cross @ parts.comm
+                own = P[a] & ~P[b]
+                cross = np.where(own, inside < total, inside > 0.5)
+                self.acc_load[lo:lo + 20000] += (cross.astype(np.float32) @ comm).astype(float)
         self.T = None
 
     @staticmethod
-    def table(parts: "_Parts") -> "_PairTable | None":
+    def table(parts: "_Parts", upper: float) -> "_PairTable | None":
         from .ideals import enumerate_ideals
 
         d, g = parts.data, parts.data.graph
@@ -276,7 +276,11 @@ class _PairTable:
                 return None
             jj.append(r + lo)
             ii.append(c)
-        return _PairTable(parts, bits, np.concatenate(ii), np.concatenate(jj))
+        ii, jj = np.concatenate(ii), np.concatenate(jj)
+        # a set whose work alone passes the incumbent on both device types is never a column
+        work = lambda v: (Bf @ v.astype(np.float32))[ii] - (Bf @ v.astype(np.float32))[jj]  # noqa: E731
+        small = (work(d.pa) <= upper * (1 + 1e-5)) | (work(d.pc) <= upper * (1 + 1e-5))
+        return _PairTable(parts, bits, ii[small], jj[small])
 
     def at(self, T: float) -> None:
         """Fix the guess: which sets fit an accelerator and which a core."""
@@ -285,6 +289,7 @@ class _PairTable:
         if self.mem is not None:
             self.acc_ok &= self.mem <= 1.0
         self.cpu_ok = ~self.cpu_bad & (self.cpu_load <= T)
+        self.acc_idx, self.cpu_idx = np.flatnonzero(self.acc_ok), np.flatnonzero(self.cpu_ok)
 
     def allowed(self, rules: list[tuple[int, int, bool]]) -> np.ndarray | None:
         """Which sets keep the branching rules ``(u, v, together)`` (``None``: all)."""
@@ -301,16 +306,16 @@ class _PairTable:
               ) -> tuple[float, list[np.ndarray]]:
         """``(max pi(S), the best sets)`` over every feasible convex set of the device type
         that ``keep`` (`allowed`) leaves."""
-        ok = self.cpu_ok if cpu else self.acc_ok
+        ok = self.cpu_idx if cpu else self.acc_idx
         if keep is not None:
-            ok = ok & keep
-        if not ok.any():
+            ok = ok[keep[ok]]
+        if not len(ok):
             return 0.0, []
-        val = self.B.astype(float) @ pi
-        value = np.where(ok, val[self.ii] - val[self.jj], -np.inf)
-        top = np.argpartition(value, -min(count, len(value)))[-count:]
+        val = self.Bf @ pi
+        value = val[self.ii[ok]] - val[self.jj[ok]]
+        top = np.argpartition(value, len(value) - count)[-count:] if len(value) > count else np.arange(len(value))
         top = top[np.argsort(value[top])[::-1]]
-        sets = [np.flatnonzero(self.B[self.ii[t]] & ~self.B[self.jj[t]]) for t in top if np.isfinite(value[t])]
+        sets = [np.flatnonzero(self.B[self.ii[ok[t]]] & ~self.B[self.jj[ok[t]]]) for t in top]
         return max(0.0, float(value[top[0]])), sets
 
 
@@ -572,49 +577,78 @@ def _root_only(parts: _Parts, T: float, deadline: float, k: int, l: int) -> tupl
 
 @dataclass
 class ColumnBound:
-    """What `column_bound` proved: ``bound`` (a lower bound on the contiguous optimum),
-    ``seconds``, and ``guesses``: each ``(T, refuted, Farley bound on N(T))`` in the order tried."""
+    """What `column_bound` proved and found.
+
+    ``bound``: a lower bound on the contiguous optimum; ``upper`` and ``split``: the best
+    contiguous split known at the end (``split`` is ``None`` when it is still the caller's,
+    else a placement the search met, with max-load ``upper``); ``seconds``; ``exact``: whether
+    every convex set was priced (enumeration and branching) rather than the root LP with MIP
+    pricing; ``guesses``: each ``(T, refuted, root Farley bound on N(T), seconds so far)``.
+    """
 
     bound: float
+    upper: float
+    split: np.ndarray | None
     seconds: float
-    guesses: list[tuple[float, bool, float]]
+    exact: bool
+    guesses: list[tuple[float, bool, float, float]]
 
 
-def column_bound(graph: Graph, cluster: Cluster, *, upper: float, lower: float = 0.0, gap: float = 0.01,
-                 time_limit: float = 60.0, seed: int = 0) -> Bound:
+def column_bound(graph: Graph, cluster: Cluster, *, upper: float, lower: float = 0.0, gap: float = 0.0,
+                 time_limit: float | None = None, seed: int = 0, enumerate_sets: bool = True) -> ColumnBound:
     """The largest ``T`` refuted for contiguous splits (module docstring) within the time limit.
 
     Parameters
     ----------
     upper : the max-load of a known contiguous split (the incumbent); guesses stay below it.
     lower : a bound already proven (returned when nothing better is refuted).
-    gap : the first guess is ``(1 - gap) upper``: refuting it certifies the incumbent within ``gap``.
-    time_limit : seconds for the whole call.
+    gap : the first guess is ``(1 - gap) upper``; once that is refuted and a guess just below
+        the incumbent was tried, a positive ``gap`` stops the search (0: bisect to the end).
+    time_limit : seconds for the whole call (``None``: until the bisection ends).
+    enumerate_sets : price by enumerating the convex sets where the graph allows it (else the
+        root LP with interval columns and MIP pricing everywhere; tests compare the two).
 
     Returns
     -------
     ColumnBound
     """
+    from ..cost import evaluate
+
     t0 = time.perf_counter()
-    deadline = t0 + time_limit
+    deadline = math.inf if time_limit is None else t0 + time_limit
     data = unit_graph(graph, chain=False).on(cluster)
-    parts = _Parts(data, seed)
-    guesses = []
-    lo, hi = lower, upper  # lo: refuted (or proven), hi: not refuted / the incumbent
-    T = max(lower, (1.0 - gap) * upper)
-    while time.perf_counter() < deadline and hi - lo > 1e-4 * max(1.0, hi):
-        share = (deadline - time.perf_counter()) / (2 if guesses else 1.5)
-        ok, farley, split = refute(parts, T, time.perf_counter() + share)
-        guesses.append((T, ok, farley, round(time.perf_counter() - t0, 2), split is not None))
+    parts = _Parts(data, upper, seed)
+    if not enumerate_sets:
+        parts.table = None
+    guesses: list[tuple[float, bool, float, float]] = []
+    lo, hi, top = lower, upper, upper  # refuted, incumbent, least guess not refuted
+    split = None
+    near = False  # whether the guess just below the incumbent was tried
+    while time.perf_counter() < deadline:
+        if lo < (1.0 - gap) * hi < top and gap > 0:
+            T = (1.0 - gap) * hi
+        elif not near and lo < hi * (1 - 1e-10) < top:
+            T, near = hi * (1 - 1e-10), True
+        elif gap > 0 and lo >= (1.0 - gap) * hi:
+            break
+        elif top - lo > 1e-7 * max(1.0, hi):
+            T = 0.5 * (lo + top)
+        else:
+            break
+        left = deadline - time.perf_counter()
+        ok, farley, found = refute(parts, T, time.perf_counter() + (left if not guesses else left / 2))
+        guesses.append((T, ok, farley, round(time.perf_counter() - t0, 3)))
         if ok:
-            lo = T
+            lo = max(lo, T)
         else:
-            hi = T
-        if not guesses[:-1] and ok:  # certified within gap: aim at the incumbent
-            T = lo + 0.5 * (upper - lo)
-        else:
-            T = 0.5 * (lo + hi)
-    return ColumnBound(float(lo), time.perf_counter() - t0, guesses)
+            top = T
+        if found is not None:  # a split with every load <= T: a better incumbent
+            value = float(evaluate(graph, cluster, found).max_load)
+            if value < hi:
+                hi, split = value, found
+                top = min(top, hi)
+    return ColumnBound(float(min(lo, hi)), float(hi), split, time.perf_counter() - t0, parts.table is not None,
+                       guesses)
 
 
-__all__ = ["column_bound", "refute"]
+__all__ = ["ColumnBound", "column_bound", "refute"]

@@ -452,7 +452,7 @@ def _pick_start(data: UnitCosts, kind: str, warm_start, symmetry: bool, budget: 
 def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, solver: str = "scip",
                   time_limit: float | None = None, gap: float = 0.0, seed: int = 0, threads: int = 1,
                   warm_start="auto", symmetry: bool | str = False, dp_cut: bool = False,
-                  bound_cut: bool = False) -> Result:
+                  bound_cut: bool = False, columns: bool = False) -> Result:
     """Minimise the largest device load over splits of ``kind`` with an integer program.
 
     Parameters
@@ -472,6 +472,10 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
     bound_cut : add the row ``T >= `` the combinatorial bound of chapter 05
         (`devplace_lite.throughput.bounds.combinatorial_bound`: valid for splits of any shape, so for every
         flavour); the reported bound is never below it.
+    columns : contiguous flavour only: first bound the optimum by column generation over convex
+        parts (`devplace_lite.throughput.columns`, HiGHS; up to 80 % of the time limit), take
+        any better split it meets as the start, and return at once when its bound meets the
+        start within ``gap``; otherwise its bound becomes the row ``T >=`` bound of the IP.
     dp_cut : chain flavour only: when the DP proved its split optimal within its share of the
         limit (the ``"auto"`` warm start), add the row ``T >= `` its value. The DP solves the
         same model exactly, so the row is valid and the solver's bound meets the warm start at
@@ -510,9 +514,20 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         return Result(method, graph, cluster, start[1], float(evaluate(graph, cluster, start[1]).max_load),
                       "time_limit", time.perf_counter() - t0, bound=data.lower_bound(), extra=extra)
     start = _pick_start(data, kind, warm_start, symmetry, budget)
+    if columns:
+        if kind != "contiguous":
+            raise UsageError(f"columns=True bounds the contiguous flavour only, not {kind!r}")
+        if start is not None:
+            start, early = _column_stage(data, start, symmetry, gap, time_limit, t0, extra)
+            if early is not None:
+                return Result(method, graph, cluster, start[1], early[0], early[1], time.perf_counter() - t0,
+                              bound=early[2], extra=extra)
     if start is not None:  # nothing better may put a unit where it alone takes longer than the start
         data = data.units.on(cluster, cap=float(evaluate(graph, cluster, start[1]).max_load))
     form = _StageModel(data) if kind == "chain" else _DeviceModel(data, kind == "contiguous", symmetry)
+    if "columns_bound" in extra and extra["columns_bound"] > 0:  # solver tolerance below the proven value
+        form.model.add_row([(form.T, 1.0)], lo=extra["columns_bound"] * (1 - 1e-9))
+        extra["cut"] = "columns"
     if bound_cut:
         from .bounds import combinatorial_bound
 
@@ -539,6 +554,30 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
     sol = solve(form.model, solver, time_limit=left, gap=gap, seed=seed, threads=threads, start=start_vec)
     extra.update(nodes=sol.nodes, solve_seconds=round(sol.seconds, 3))
     return _result(method, data, kind, form, sol, start, t0, extra)
+
+
+def _column_stage(data: UnitCosts, start, symmetry, gap: float, time_limit: float | None, t0: float,
+                  extra: dict):
+    """Column generation before the IP (``columns=True``): returns the start (replaced by a
+    better split the search met) and, when the bound meets it within ``gap``, the answer
+    ``(objective, status, bound)``; else ``None`` there and the bound in ``extra``."""
+    from .columns import column_bound
+
+    graph, cluster = data.graph, data.cluster
+    upper = float(evaluate(graph, cluster, start[1]).max_load)
+    share = None if time_limit is None else 0.8 * max(0.0, time_limit - (time.perf_counter() - t0))
+    cb = column_bound(graph, cluster, upper=upper, lower=data.lower_bound(), gap=gap, time_limit=share)
+    extra.update(columns_bound=cb.bound, columns_seconds=round(cb.seconds, 3), columns_exact=cb.exact,
+                 columns_guesses=len(cb.guesses))
+    if cb.split is not None and cb.upper < upper:
+        a = canonical_labels(data, cb.split) if symmetry else np.asarray(cb.split, dtype=np.int64)
+        start, upper = ("columns", a), cb.upper
+    extra["warm_start"] = start[0]
+    if cb.bound >= upper - 1e-9 * max(1.0, upper):
+        return start, (upper, "optimal", upper)
+    if gap > 0 and upper - cb.bound <= gap * upper:
+        return start, (upper, "feasible", cb.bound)
+    return start, None
 
 
 def _result(method: str, data: UnitCosts, kind: str, form, sol: Solution, start, t0: float, extra: dict) -> Result:
