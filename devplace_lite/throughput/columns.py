@@ -75,6 +75,12 @@ from .ip import comm_pairs, memory_share, order_pairs
 
 #: Relative slack on every comparison with ``k`` and with 1 (LP and MIP tolerances are 1e-7).
 EPS = 1e-6
+#: Relative slack by which a set may pass a load or memory limit and still count as fitting
+#: (float sums of a few hundred terms agree to about 1e-14).
+FIT = 1e-12
+#: How far below the incumbent the guess that proves it optimal lies (relative): far above
+#: `FIT`, below the 1e-9 at which `devplace_lite.throughput.ip` calls a gap closed.
+NEAR = 5e-10
 #: Columns taken from one round of interval pricing, per device type.
 BATCH = 30
 
@@ -228,18 +234,17 @@ class _PairTable:
         self.cpu_bad = diff((~d.cpu_ok).astype(float)) > 0.5
         self.mem = diff(memory_share(d)) if d.memory_binds else None
         if len(parts.producers):  # consumers of each producer inside S, and whether it is in S
-            cons = np.zeros((d.U, len(parts.producers)), dtype=np.float32)
+            cons = np.zeros((d.U, len(parts.producers)))
             cons[parts.pair_unit, parts.pair_row] = 1.0
-            C = Bf.astype(np.float32) @ cons
-            total = cons.sum(axis=0) - np.float32(0.5)
+            C = Bf @ cons  # consumers of each producer inside an ideal (exact small integers)
+            total = cons.sum(axis=0) - 0.5
             P = members[:, parts.prod_unit]
-            comm = parts.comm.astype(np.float32)
             for lo in range(0, len(ii), 20000):
                 a, b = ii[lo:lo + 20000], jj[lo:lo + 20000]
                 inside = C[a] - C[b]
                 own = P[a] & ~P[b]
                 cross = np.where(own, inside < total, inside > 0.5)
-                self.acc_load[lo:lo + 20000] += (cross.astype(np.float32) @ comm).astype(float)
+                self.acc_load[lo:lo + 20000] += cross @ parts.comm
         self.T = None
 
     @staticmethod
@@ -278,17 +283,19 @@ class _PairTable:
             ii.append(c)
         ii, jj = np.concatenate(ii), np.concatenate(jj)
         # a set whose work alone passes the incumbent on both device types is never a column
-        work = lambda v: (Bf @ v.astype(np.float32))[ii] - (Bf @ v.astype(np.float32))[jj]  # noqa: E731
-        small = (work(d.pa) <= upper * (1 + 1e-5)) | (work(d.pc) <= upper * (1 + 1e-5))
+        work = lambda v: (bits.astype(float) @ v)[ii] - (bits.astype(float) @ v)[jj]  # noqa: E731
+        small = (work(d.pa) <= upper * (1 + 1e-9)) | (work(d.pc) <= upper * (1 + 1e-9))
         return _PairTable(parts, bits, ii[small], jj[small])
 
     def at(self, T: float) -> None:
-        """Fix the guess: which sets fit an accelerator and which a core."""
+        """Fix the guess: which sets fit an accelerator and which a core. Sums in another order
+        than the evaluator's differ in the last bits, so a set within `FIT` (relative) of a
+        limit counts as fitting: more columns only weaken the bound, fewer would break it."""
         self.T = T
-        self.acc_ok = ~self.acc_bad & (self.acc_load <= T)
+        self.acc_ok = ~self.acc_bad & (self.acc_load <= T * (1 + FIT))
         if self.mem is not None:
-            self.acc_ok &= self.mem <= 1.0
-        self.cpu_ok = ~self.cpu_bad & (self.cpu_load <= T)
+            self.acc_ok &= self.mem <= 1.0 + FIT
+        self.cpu_ok = ~self.cpu_bad & (self.cpu_load <= T * (1 + FIT))
         self.acc_idx, self.cpu_idx = np.flatnonzero(self.acc_ok), np.flatnonzero(self.cpu_ok)
 
     def allowed(self, rules: list[tuple[int, int, bool]]) -> np.ndarray | None:
@@ -627,8 +634,8 @@ def column_bound(graph: Graph, cluster: Cluster, *, upper: float, lower: float =
     while time.perf_counter() < deadline:
         if lo < (1.0 - gap) * hi < top and gap > 0:
             T = (1.0 - gap) * hi
-        elif not near and lo < hi * (1 - 1e-10) < top:
-            T, near = hi * (1 - 1e-10), True
+        elif not near and lo < hi * (1 - NEAR) < top:
+            T, near = hi * (1 - NEAR), True
         elif gap > 0 and lo >= (1.0 - gap) * hi:
             break
         elif top - lo > 1e-7 * max(1.0, hi):
