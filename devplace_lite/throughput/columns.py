@@ -60,8 +60,10 @@ A. A. Farley, "A note on bounding a class of linear programming problems", 1990)
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -69,9 +71,7 @@ from ..devices import Cluster
 from ..errors import LimitError
 from ..graph import Graph
 from ..mip.solve import LinearModel
-from dataclasses import dataclass
-from ..units import UnitCosts, order_vertices, unit_graph
-from .ip import comm_pairs, memory_share, order_pairs
+from ..units import UnitCosts, comm_pairs, memory_share, order_pairs, order_vertices, unit_graph
 
 #: Relative slack on every comparison with ``k`` and with 1 (LP and MIP tolerances are 1e-7).
 EPS = 1e-6
@@ -142,8 +142,6 @@ def _topological_orders(U: int, arcs: list[tuple[int, int]], seed: int, count: i
     for i in range(count):
         key = np.arange(U, dtype=float) if i == 0 else rng.random(U)
         deg = indeg.copy()
-        import heapq
-
         ready = [(key[u], u) for u in range(U) if deg[u] == 0]
         heapq.heapify(ready)
         order = []
@@ -496,9 +494,20 @@ def _split(parts: _Parts, master: "_Master") -> np.ndarray | None:
 
 
 def refute(parts: _Parts, T: float, deadline: float) -> tuple[bool, float, np.ndarray | None]:
-    """Whether no contiguous split has max-load ``<= T``, proven before ``deadline``
-    (`time.perf_counter`); the root's best Farley bound on ``N(T)``; and a placement with all
-    loads ``<= T`` when the search met one (branch and price, where pricing is exact)."""
+    """Decide one guess: is ``N(T) > k``?
+
+    Parameters
+    ----------
+    parts : what every guess shares (`_Parts`: units, producers, the enumerated sets if any).
+    T : the guess (ms).
+    deadline : `time.perf_counter` value at which to give up (``math.inf``: none).
+
+    Returns
+    -------
+    ``(refuted, farley, split)``: whether no contiguous split has max-load ``<= T`` (proven),
+    the root's best Farley bound on ``N(T)``, and a placement with every load ``<= T`` when
+    the branching met one (enumerated sets only; else ``None``).
+    """
     d = parts.data
     c = d.cluster
     k, l = c.k, (c.l if d.cpu_ok.any() else 0)
@@ -618,6 +627,17 @@ def column_bound(graph: Graph, cluster: Cluster, *, upper: float, lower: float =
     Returns
     -------
     ColumnBound
+
+    Examples
+    --------
+    >>> from devplace_lite.generators import generate
+    >>> from devplace_lite.devices import Cluster
+    >>> from devplace_lite.throughput.dp import dp
+    >>> g, c = generate("layered", 30, seed=0), Cluster(accelerators=4, cpus=1)
+    >>> split = dp(g, c)  # a chain of ideals: contiguous, so an incumbent
+    >>> b = column_bound(g, c, upper=split.objective, gap=0.01, time_limit=60)
+    >>> b.exact, b.bound >= 0.99 * split.objective
+    (True, True)
     """
     from ..cost import evaluate
 

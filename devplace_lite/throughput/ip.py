@@ -84,7 +84,7 @@ from ..graph import Graph
 from ..result import Result
 from ..methods import PARTITION
 from ..units import UnitCosts, order_vertices, unit_graph
-from ..units import order_edges as _order_edges
+from ..units import comm_pairs, memory_share, order_pairs
 from ..mip.solve import LinearModel, Solution, check_solver, solve
 
 KINDS = ("chain", "contiguous", "noncontiguous")
@@ -99,31 +99,6 @@ def canonical_kind(kind: str) -> str:
     if k not in KINDS:
         raise UsageError(f"unknown split kind {kind!r}; known: {', '.join(KINDS)} (or 'any')")
     return k
-
-
-def comm_pairs(data: UnitCosts) -> tuple[list[int], list[tuple[int, int]]]:
-    """Producers whose output can cross a device boundary (comm > 0, an edge to another unit),
-    and the distinct (producer row, consumer unit) pairs of those edges."""
-    g, u = data.graph, data.unit
-    rows: dict[int, int] = {}
-    pairs: set[tuple[int, int]] = set()
-    for p, w in zip(g.src.tolist(), g.dst.tolist()):
-        if g.comm[p] > 0 and u[p] != u[w]:
-            pairs.add((rows.setdefault(p, len(rows)), int(u[w])))
-    return list(rows), sorted(pairs)
-
-
-def order_pairs(graph: Graph) -> list[tuple[int, int]]:
-    """The node pairs every split shape is asked of: the forward graph with stand-ins for
-    backward-only classes (`devplace_lite.units.order_edges`)."""
-    s, t = _order_edges(graph)
-    return list(zip(s.tolist(), t.tolist()))
-
-
-def memory_share(data: UnitCosts) -> np.ndarray:
-    """Unit memory as a share of the cap: memory rows read ``sum share x <= 1``, so bytes (1e9)
-    and milliseconds (1e-3) do not meet in one badly scaled matrix."""
-    return data.mem / data.cluster.memory
 
 
 def canonical_labels(data: UnitCosts, assignment: np.ndarray) -> np.ndarray:
