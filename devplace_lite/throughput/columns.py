@@ -15,32 +15,42 @@ Formulation for a guess ``T`` (``A(T)``: convex unit sets an accelerator can hol
 ``C(T)``: convex sets of CPU-runnable units with ``p_cpu(S) <= T``)::
 
     N(T) = min  sum_{S in A} lam_S
-           s.t. sum_{S contains u} lam_S + sum_{C contains u} mu_C >= 1    every unit u   (pi_u)
+           s.t. sum_{S contains u} lam_S + sum_{C contains u} mu_C = 1     every unit u   (pi_u)
                 sum_C mu_C <= l                                                            (rho)
                 lam, mu >= 0
 
 Every contiguous split with max-load ``<= T`` gives a 0/1 point with at most ``k`` accelerator
 columns, so ``N(T) > k`` proves ``T* > T``. Weak duality gives the bound without solving the
-LP to the end (Farley's bound): for *any* ``pi >= 0``, with ``a >= max_{S in A} pi(S)`` and
-``r >= max_{C in C} pi(C)``, the point ``(pi / a, r / a)`` is dual feasible, so
-``N(T) >= (sum pi - l r) / a``. ``a`` and ``r`` come from pricing MIPs (HiGHS) over one part:
-binaries ``s_u``, the convexity rows of the device IP for one device, comm ``y_p >= |s_a - s_b|``
-per producer-consumer pair, ``load <= T``; each MIP's *dual bound* is used, so a pricing
-stopped by its time limit still gives a valid (weaker) ``a``. Only this computation decides a
-refutation: the restricted master's columns, its duals and its solver tolerances only decide
-how strong the bound is.
+LP to the end (Farley's bound): for *any* ``pi``, with ``a >= max_{S in A} pi(S) > 0`` and
+``r >= max(0, max_{C in C} pi(C))``, the point ``(pi / a, r / a)`` is dual feasible, so
+``N(T) >= (sum pi - l r) / a``. Only this computation decides a refutation: the restricted
+master's columns, its duals and its solver tolerances only decide how strong the bound is, and
+a set within `FIT` of a limit counts as fitting (more columns can only weaken the bound).
 
-Columns come first from cheap pricing: intervals of topological orders of the unit graph are
-convex, and every interval's load follows from prefix sums, so the best interval for given
-duals is one array operation; the MIP runs when no interval prices out.
+Pricing, two ways:
+
+* **Enumerated** (inference graphs whose units are single nodes, up to `PAIR_IDEALS` ideals):
+  the convex sets are exactly the differences ``I \\ J`` of nested ideals (`_PairTable`), so
+  ``a`` and ``r`` are exact maxima, one array operation per round. When the LP is solved at
+  ``N(T) <= k`` with a fractional point, branching on whether two units share a part (Ryan and
+  Foster; pricing drops the sets that break a rule) decides the guess exactly: every node's LP
+  above ``k`` refutes ``T``, and an integral node is a contiguous split with every load
+  ``<= T`` (a better incumbent when ``T`` is below the caller's).
+* **MIP** (elsewhere): columns from intervals of topological orders of the unit graph (convex;
+  their loads follow from prefix sums), then a pricing MIP (HiGHS) over one part: binaries
+  ``s_u``, the convexity rows of the device IP for one device, comm ``y_p >= |s_a - s_b|`` per
+  producer-consumer pair, ``load <= T``. Its *dual bound* is ``a``, so a pricing stopped by its
+  time limit still gives a valid (weaker) bound. The root LP only: no branching.
 
 The bound on ``T*`` is the largest refuted ``T``: first ``(1 - gap) UB`` (enough to certify the
-incumbent ``UB`` within ``gap``), then a bisection upwards (or downwards, when that fails)
-while time is left.
+incumbent ``UB`` within ``gap``), then ``UB`` less `NEAR` (which proves it optimal), then a
+bisection while time is left.
 
-Complexity: per guess, as many LP re-solves as column batches and one pricing MIP (``U``
-binaries) per exact pricing round; ``O(P U^2)`` to tabulate interval loads per order
-(``P`` producers).
+Complexity: per guess, as many LP re-solves as column batches; enumerated pricing is
+``O(pairs)`` per round after an ``O(pairs P)`` table (``P`` producers; nested ideal pairs
+whose work passes the incumbent are dropped first), and branching is exponential in the worst
+case; MIP pricing solves one ``U``-binary MIP per round, after ``O(P U^2)`` to tabulate the
+interval loads of each order.
 
 Example
 -------
@@ -243,7 +253,6 @@ class _PairTable:
                 own = P[a] & ~P[b]
                 cross = np.where(own, inside < total, inside > 0.5)
                 self.acc_load[lo:lo + 20000] += cross @ parts.comm
-        self.T = None
 
     @staticmethod
     def table(parts: "_Parts", upper: float) -> "_PairTable | None":
@@ -289,7 +298,6 @@ class _PairTable:
         """Fix the guess: which sets fit an accelerator and which a core. Sums in another order
         than the evaluator's differ in the last bits, so a set within `FIT` (relative) of a
         limit counts as fitting: more columns only weaken the bound, fewer would break it."""
-        self.T = T
         self.acc_ok = ~self.acc_bad & (self.acc_load <= T * (1 + FIT))
         if self.mem is not None:
             self.acc_ok &= self.mem <= 1.0 + FIT
@@ -391,7 +399,7 @@ class _Master:
         h = self.h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("threads", 1)
-        inf = highspy.kHighsInf
+        inf = self.inf = highspy.kHighsInf
         h.addRows(U, np.ones(U), np.ones(U), 0, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32),
                   np.zeros(0))
         if l:
@@ -411,13 +419,12 @@ class _Master:
         rows = np.sort(np.asarray(members, dtype=np.int32))
         if cpu:
             rows = np.r_[rows, np.int32(self.U)].astype(np.int32)
-        self.h.addCol(0.0 if cpu else 1.0, 0.0, self.h.getInfinity() if hasattr(self.h, "getInfinity") else 1e30,
-                      len(rows), rows, np.ones(len(rows)))
+        self.h.addCol(0.0 if cpu else 1.0, 0.0, self.inf, len(rows), rows, np.ones(len(rows)))
         return True
 
     def solve(self) -> tuple[float, np.ndarray, float]:
-        """``(value, pi, rho)``: the LP value, cover duals (clipped at 0) and the core row's
-        price (``>= 0``)."""
+        """``(value, pi, rho)``: the LP value, the duals of the partition rows (free in sign) and
+        the core row's price (``>= 0``)."""
         self.h.run()
         sol = self.h.getSolution()
         dual = np.array(sol.row_dual)
