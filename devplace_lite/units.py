@@ -509,3 +509,29 @@ class UnitCosts:
         if not len(cheapest) or not np.all(np.isfinite(cheapest)):
             return 0.0
         return float(max(cheapest.max(), cheapest.sum() / self.cluster.size))
+
+
+# -- rows the unit-indexed programs share (`devplace_lite.throughput.ip`, `.columns`) ----------
+def comm_pairs(data: UnitCosts) -> tuple[list[int], list[tuple[int, int]]]:
+    """Producers whose output can cross a device boundary (comm > 0, an edge to another unit),
+    and the distinct (producer row, consumer unit) pairs of those edges."""
+    g, u = data.graph, data.unit
+    rows: dict[int, int] = {}
+    pairs: set[tuple[int, int]] = set()
+    for p, w in zip(g.src.tolist(), g.dst.tolist()):
+        if g.comm[p] > 0 and u[p] != u[w]:
+            pairs.add((rows.setdefault(p, len(rows)), int(u[w])))
+    return list(rows), sorted(pairs)
+
+
+def order_pairs(graph: Graph) -> list[tuple[int, int]]:
+    """The node pairs every split shape is asked of: the forward graph with stand-ins for
+    backward-only classes (`devplace_lite.units.order_edges`)."""
+    s, t = order_edges(graph)
+    return list(zip(s.tolist(), t.tolist()))
+
+
+def memory_share(data: UnitCosts) -> np.ndarray:
+    """Unit memory as a share of the cap: memory rows read ``sum share x <= 1``, so bytes (1e9)
+    and milliseconds (1e-3) do not meet in one badly scaled matrix."""
+    return data.mem / data.cluster.memory

@@ -4,13 +4,17 @@ Cases: generated layered graphs of growing size, the project's zoo inference gra
 (``data/graphs``) and, when ``../shared`` holds them, the authors' layer graphs; k in
 {2, 4, 8} accelerators plus one CPU core. Each run stops at a 1 % gap or the time limit,
 whichever comes first, and is compared with the exact DP (`devplace_lite.throughput.dp`) on the same
-instance. Latency rows: the latency IP against the greedy on the inference graphs. A last
+instance. The contiguous flavour runs twice more in the same run: with the column-generation
+bound first (`throughput_ip(..., columns=True)`, `devplace_lite.throughput.columns`) and, with
+``--orbitope``, with orbitope rows and the combinatorial cut. Latency rows: the latency IP
+against the greedy on the inference graphs. A last
 section measures the fixed-labelling symmetry rows against the solvers' own symmetry handling.
 Writes results.json (after every row, so a partial run keeps what it measured) and the table
 in README.md. Never asserts on time.
 
     python -m benchmarks.mip.run [--quick] [--time-limit 60] [--only generated,zoo,reference,latency,symmetry]
     python -m benchmarks.mip.run --missed      # only the instances with a missed pair, again
+    python -m benchmarks.mip.run --only generated,zoo,reference --kinds contiguous   # one flavour again
     python -m benchmarks.mip.run --render      # README.md from results.json, no solving
 """
 
@@ -65,7 +69,8 @@ def throughput_rows(section: str, name: str, graph, ks, kinds_solvers, limit: fl
             r = throughput_ip(graph, cluster, kind, solver=solver, time_limit=limit, gap=GAP, **opts)
             row = {"section": section, "graph": name, "nodes": graph.n, "k": k, "kind": kind, "solver": solver,
                    "dp_cut": r.extra.get("cut") == "dp", "orbitope": opts.get("symmetry") == "orbitope",
-                   "bound_cut": r.extra.get("cut") == "combinatorial",
+                   "bound_cut": r.extra.get("cut") == "combinatorial", "columns": bool(opts.get("columns")),
+                   "columns_bound": r.extra.get("columns_bound"), "columns_seconds": r.extra.get("columns_seconds"),
                    "status": r.status, "objective": r.objective, "bound": r.bound, "gap": r.gap,
                    "seconds": round(r.seconds, 2), "solve_seconds": r.extra.get("solve_seconds"),
                    "warm_start": r.extra.get("warm_start"), "start_objective": r.extra.get("start_objective"),
@@ -100,26 +105,30 @@ def symmetry_rows(limit: float):
             yield row
 
 
-def cases(quick: bool, limit: float, only: set[str], want=None, kinds=None):
-    # the contiguous flavour with the orbitope rows and the combinatorial cut sits beside the
-    # plain one (issue 29): same instances, same run
+def cases(quick: bool, limit: float, only: set[str], want=None, kinds=None, orbitope: bool = False):
+    # the contiguous flavour with the column-generation bound sits beside the plain one (issue
+    # 29): same instances, same run; its LP and pricing run on HiGHS, and so does the IP after it
+    # when the bound alone does not close the gap. The orbitope rows (an earlier try) on request.
     both = ([(kind, s, {}) for kind in ("chain", "contiguous") for s in ("scip", "highs")]
-            + [("contiguous", s, {"symmetry": "orbitope", "bound_cut": True}) for s in ("scip", "highs")]
-            + [("chain", s, {"dp_cut": True}) for s in ("scip", "highs")] + [("noncontiguous", "scip", {})])
+            + [("contiguous", "highs", {"columns": True})]
+            + ([("contiguous", s, {"symmetry": "orbitope", "bound_cut": True}) for s in ("scip", "highs")]
+               if orbitope else [])
+            + [("chain", s, {"dp_cut": True}) for s in ("scip", "highs")])
+    generated = both + [("noncontiguous", "scip", {})]
     ks = (2, 4) if quick else (2, 4, 8)
     if "generated" in only:
         for n in ((30, 60) if quick else (50, 150, 300)):
             g = generate("layered", n, seed=0)
-            yield from throughput_rows("generated", f"layered-{n}", g, ks, both, limit, want, kinds)
+            yield from throughput_rows("generated", f"layered-{n}", g, ks, generated, limit, want, kinds)
     if "zoo" in only:
         for name in ZOO[:2] if quick else ZOO:
             path = ROOT / "data/graphs" / f"{name}.json"
             if path.exists():
-                yield from throughput_rows("zoo", name, load_graph(path), ks, both[:8], limit, want, kinds)
+                yield from throughput_rows("zoo", name, load_graph(path), ks, both, limit, want, kinds)
     if "reference" in only and (REFERENCE / "throughput-inputs").is_dir():
         for name in AUTHORS[:1] if quick else AUTHORS:
             g = load_graph(REFERENCE / "throughput-inputs/LayerGraphs" / f"{name}.json")
-            yield from throughput_rows("reference", name, g, ks, both[:8], limit, want, kinds)
+            yield from throughput_rows("reference", name, g, ks, both, limit, want, kinds)
     if "latency" in only:
         for name in ZOO[:2] if quick else ZOO:
             path = ROOT / "data/graphs" / f"{name}.json"
@@ -144,7 +153,8 @@ def table(rows) -> str:
         extra = r.get("dp_objective") if r["section"] != "latency" else r.get("greedy")
         label = "greedy " if r["section"] == "latency" else ""
         flav = (r["kind"] + (" +sym rows" if r.get("symmetry_rows") else "") + (" +DP cut" if r.get("dp_cut") else "")
-                + (" +orbitope" if r.get("orbitope") else "") + (" +comb. cut" if r.get("bound_cut") else ""))
+                + (" +orbitope" if r.get("orbitope") else "") + (" +comb. cut" if r.get("bound_cut") else "")
+                + (" +columns" if r.get("columns") else ""))
         out.append(f"| {r['section']} | {r['graph']} | {r['nodes']} | {r['k']} | {flav} | {r['solver']} | "
                    f"{r['status']} | {fmt(r['objective'])} | {fmt(r['bound'])} | "
                    f"{fmt(None if r['gap'] is None else 100 * r['gap'], '.2f')}% | {r['seconds']:.1f} | "
@@ -161,8 +171,9 @@ def _pairs(rows) -> dict[tuple, list[dict]]:
     return groups
 
 
-def _met(rs: list[dict], cut_allowed: bool = True) -> bool:
-    return any(r["within_1pct"] and r["seconds"] < 60 and (cut_allowed or not r.get("dp_cut")) for r in rs)
+def _met(rs: list[dict], cut_allowed: bool = True, columns: bool = True) -> bool:
+    return any(r["within_1pct"] and r["seconds"] < 60 and (cut_allowed or not r.get("dp_cut"))
+               and (columns or not r.get("columns")) for r in rs)
 
 
 def summary(rows) -> str:
@@ -172,8 +183,10 @@ def summary(rows) -> str:
     groups = _pairs(rows)
     met = [key for key, rs in groups.items() if _met(rs)]
     alone = [key for key, rs in groups.items() if _met(rs, cut_allowed=False)]
+    device = [key for key, rs in groups.items() if _met(rs, columns=False)]
     lines.append(f"Met on {len(met)} of {len(groups)} (instance, flavour) pairs by at least one solver; "
-                 f"{len(alone)} of them without the DP's cut.")
+                 f"{len(alone)} of them without the DP's cut; {len(device)} by the device-indexed IPs alone "
+                 f"(no column-generation bound), in the same run.")
     for kind in ("chain", "contiguous"):
         miss = [(key, min(r["gap"] for r in rs if r["gap"] is not None)) for key, rs in groups.items()
                 if key[4] == kind and key not in met]
@@ -214,6 +227,8 @@ def main(argv=None) -> None:
     p.add_argument("--only", default="generated,zoo,reference,latency,symmetry")
     p.add_argument("--render", action="store_true", help="only rewrite README.md from results.json")
     p.add_argument("--kinds", help="only these flavours (comma-separated: chain,contiguous,noncontiguous)")
+    p.add_argument("--orbitope", action="store_true",
+                   help="also the contiguous IP with orbitope rows and the combinatorial cut (kept otherwise)")
     p.add_argument("--missed", action="store_true",
                    help="rerun only the instances with a pair that missed the target in results.json")
     args = p.parse_args(argv)
@@ -233,14 +248,18 @@ def main(argv=None) -> None:
     rows: list[dict] = []
     meta = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
             "command": "python -m benchmarks.mip.run" + (" --quick" if args.quick else "")
+            + (f" --only {args.only}" if args.only != p.get_default("only") else "")
             + (" --missed" if args.missed else "") + (f" --kinds {args.kinds}" if args.kinds else "")
+            + (" --orbitope" if args.orbitope else "")
             + (f" --time-limit {args.time_limit:g}" if args.time_limit != 60 else ""),
             "time_limit": args.time_limit, "gap": GAP, "threads": 1}
     kinds = set(args.kinds.split(",")) if args.kinds else None
     if kinds is not None:  # the rows of the other flavours stay as they were
         kept += [r for r in old if r not in kept and r["section"] in only and r["kind"] not in kinds
                  and (want is None or want(r["section"], r["graph"], r["k"]))]
-    for row in cases(args.quick, args.time_limit, only, want, kinds):
+    if not args.orbitope:  # the orbitope rows stay as they were measured
+        kept += [r for r in old if r not in kept and r.get("orbitope")]
+    for row in cases(args.quick, args.time_limit, only, want, kinds, args.orbitope):
         rows.append(row)
         write_json_atomic(HERE / "results.json", {**meta, "rows": kept + rows})
     render(kept + rows)

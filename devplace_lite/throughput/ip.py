@@ -49,7 +49,10 @@ HiGHS with one thread and a seed, and a warm start: the DP's split if the DP
 (`devplace_lite.throughput.dp`) finishes within a fifth of the time limit, else the best baseline chain
 split. The reported objective is always the evaluator's max-load of the returned placement;
 the bound is the larger of the solver's and ``max(largest unit, total work / devices)``.
-With ``dp_cut=True`` the chain flavour also takes the DP's proven optimum as a row on ``T``:
+With ``columns=True`` the contiguous flavour is first bounded by column generation over
+convex parts (`devplace_lite.throughput.columns`: no device labels, every part pays its own
+transfers), which usually proves the start within the gap by itself; its bound is otherwise a
+row on ``T``. With ``dp_cut=True`` the chain flavour also takes the DP's proven optimum as a row on ``T``:
 the relaxation alone stays far below it on many identical devices (75 % on ResNet-50 layers
 with k = 8 after 60 s), and the DP proves the same model's optimum in milliseconds.
 
@@ -84,7 +87,7 @@ from ..graph import Graph
 from ..result import Result
 from ..methods import PARTITION
 from ..units import UnitCosts, order_vertices, unit_graph
-from ..units import order_edges as _order_edges
+from ..units import comm_pairs, memory_share, order_pairs
 from ..mip.solve import LinearModel, Solution, check_solver, solve
 
 KINDS = ("chain", "contiguous", "noncontiguous")
@@ -99,31 +102,6 @@ def canonical_kind(kind: str) -> str:
     if k not in KINDS:
         raise UsageError(f"unknown split kind {kind!r}; known: {', '.join(KINDS)} (or 'any')")
     return k
-
-
-def comm_pairs(data: UnitCosts) -> tuple[list[int], list[tuple[int, int]]]:
-    """Producers whose output can cross a device boundary (comm > 0, an edge to another unit),
-    and the distinct (producer row, consumer unit) pairs of those edges."""
-    g, u = data.graph, data.unit
-    rows: dict[int, int] = {}
-    pairs: set[tuple[int, int]] = set()
-    for p, w in zip(g.src.tolist(), g.dst.tolist()):
-        if g.comm[p] > 0 and u[p] != u[w]:
-            pairs.add((rows.setdefault(p, len(rows)), int(u[w])))
-    return list(rows), sorted(pairs)
-
-
-def order_pairs(graph: Graph) -> list[tuple[int, int]]:
-    """The node pairs every split shape is asked of: the forward graph with stand-ins for
-    backward-only classes (`devplace_lite.units.order_edges`)."""
-    s, t = _order_edges(graph)
-    return list(zip(s.tolist(), t.tolist()))
-
-
-def memory_share(data: UnitCosts) -> np.ndarray:
-    """Unit memory as a share of the cap: memory rows read ``sum share x <= 1``, so bytes (1e9)
-    and milliseconds (1e-3) do not meet in one badly scaled matrix."""
-    return data.mem / data.cluster.memory
 
 
 def canonical_labels(data: UnitCosts, assignment: np.ndarray) -> np.ndarray:
@@ -452,7 +430,7 @@ def _pick_start(data: UnitCosts, kind: str, warm_start, symmetry: bool, budget: 
 def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, solver: str = "scip",
                   time_limit: float | None = None, gap: float = 0.0, seed: int = 0, threads: int = 1,
                   warm_start="auto", symmetry: bool | str = False, dp_cut: bool = False,
-                  bound_cut: bool = False) -> Result:
+                  bound_cut: bool = False, columns: bool = False) -> Result:
     """Minimise the largest device load over splits of ``kind`` with an integer program.
 
     Parameters
@@ -472,6 +450,10 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
     bound_cut : add the row ``T >= `` the combinatorial bound of chapter 05
         (`devplace_lite.throughput.bounds.combinatorial_bound`: valid for splits of any shape, so for every
         flavour); the reported bound is never below it.
+    columns : contiguous flavour only: first bound the optimum by column generation over convex
+        parts (`devplace_lite.throughput.columns`, HiGHS; up to 80 % of the time limit), take
+        any better split it meets as the start, and return at once when its bound meets the
+        start within ``gap``; otherwise its bound becomes the row ``T >=`` bound of the IP.
     dp_cut : chain flavour only: when the DP proved its split optimal within its share of the
         limit (the ``"auto"`` warm start), add the row ``T >= `` its value. The DP solves the
         same model exactly, so the row is valid and the solver's bound meets the warm start at
@@ -510,9 +492,20 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         return Result(method, graph, cluster, start[1], float(evaluate(graph, cluster, start[1]).max_load),
                       "time_limit", time.perf_counter() - t0, bound=data.lower_bound(), extra=extra)
     start = _pick_start(data, kind, warm_start, symmetry, budget)
+    if columns:
+        if kind != "contiguous":
+            raise UsageError(f"columns=True bounds the contiguous flavour only, not {kind!r}")
+        if start is not None:
+            start, early = _column_stage(data, start, symmetry, gap, time_limit, t0, extra)
+            if early is not None:
+                return Result(method, graph, cluster, start[1], early[0], early[1], time.perf_counter() - t0,
+                              bound=early[2], extra=extra)
     if start is not None:  # nothing better may put a unit where it alone takes longer than the start
         data = data.units.on(cluster, cap=float(evaluate(graph, cluster, start[1]).max_load))
     form = _StageModel(data) if kind == "chain" else _DeviceModel(data, kind == "contiguous", symmetry)
+    if "columns_bound" in extra and extra["columns_bound"] > 0:  # solver tolerance below the proven value
+        form.model.add_row([(form.T, 1.0)], lo=extra["columns_bound"] * (1 - 1e-9))
+        extra["cut"] = "columns"
     if bound_cut:
         from .bounds import combinatorial_bound
 
@@ -539,6 +532,30 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
     sol = solve(form.model, solver, time_limit=left, gap=gap, seed=seed, threads=threads, start=start_vec)
     extra.update(nodes=sol.nodes, solve_seconds=round(sol.seconds, 3))
     return _result(method, data, kind, form, sol, start, t0, extra)
+
+
+def _column_stage(data: UnitCosts, start, symmetry, gap: float, time_limit: float | None, t0: float,
+                  extra: dict):
+    """Column generation before the IP (``columns=True``): returns the start (replaced by a
+    better split the search met) and, when the bound meets it within ``gap``, the answer
+    ``(objective, status, bound)``; else ``None`` there and the bound in ``extra``."""
+    from .columns import column_bound
+
+    graph, cluster = data.graph, data.cluster
+    upper = float(evaluate(graph, cluster, start[1]).max_load)
+    share = None if time_limit is None else 0.8 * max(0.0, time_limit - (time.perf_counter() - t0))
+    cb = column_bound(graph, cluster, upper=upper, lower=data.lower_bound(), gap=gap, time_limit=share)
+    extra.update(columns_bound=cb.bound, columns_seconds=round(cb.seconds, 3), columns_exact=cb.exact,
+                 columns_guesses=len(cb.guesses))
+    if cb.split is not None and cb.upper < upper:
+        a = canonical_labels(data, cb.split) if symmetry else np.asarray(cb.split, dtype=np.int64)
+        start, upper = ("columns", a), cb.upper
+    extra["warm_start"] = start[0]
+    if cb.bound >= upper - 1e-9 * max(1.0, upper):
+        return start, (upper, "optimal", upper)
+    if gap > 0 and upper - cb.bound <= gap * upper * (1 + 1e-9):  # the first guess is (1 - gap) upper
+        return start, (upper, "feasible", cb.bound)
+    return start, None
 
 
 def _result(method: str, data: UnitCosts, kind: str, form, sol: Solution, start, t0: float, extra: dict) -> Result:
