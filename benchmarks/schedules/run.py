@@ -19,7 +19,7 @@ Recorded per case:
 Writes ``results.json`` (with the last case's measured and forecast events, for a Gantt chart)
 and the table in ``README.md``. Benchmarks measure; nothing asserts.
 
-    python -m benchmarks.schedules.run                       # eight models, four schedules
+    python -m benchmarks.schedules.run                       # ten models, four schedules
     python -m benchmarks.schedules.run --models gpt2 --schedules zbv dualpipev
 """
 
@@ -43,6 +43,8 @@ README = HERE / "README.md"
 GANTT = HERE / "gantt.png"
 K, MICRO, BATCH = 2, 4, 8
 SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "zbv"]
+#: Timed rounds of the profile (each goes round every segment and the model timed whole).
+REPEATS = 10
 
 
 def _load_avg() -> str:
@@ -76,7 +78,7 @@ def profiled(name: str):
 
     spec = f"devplace_lite.zoo.external:{name}"
     model, inputs = load(spec, batch=BATCH)
-    return spec, segment_profile(model, inputs, MICRO, repeats=3, model_spec=spec)[0]
+    return spec, segment_profile(model, inputs, MICRO, repeats=REPEATS, model_spec=spec)[0]
 
 
 def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
@@ -87,7 +89,8 @@ def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
     rows = []
     for sched in schedules:
         row: dict[str, Any] = {"model": name, "family": external.MODELS[name], "schedule": sched,
-                               "segments": len(graph.meta["segments"]["names"]), "load_before": _load_avg()}
+                               "segments": len(graph.meta["segments"]["names"]), "load_before": _load_avg(),
+                               "boundary_scale": graph.meta["segments"].get("boundary_scale")}
         try:
             p = plan_graph(graph, k=K, microbatches=MICRO, schedule=sched, batch=BATCH, time_limit=10)
             p.model_spec = spec
