@@ -33,7 +33,13 @@ How
    calling thread on one torch thread (a shared machine's load does not inflate it: waiting
    for a core is not CPU time), and in training the segment's own backward, fed with ones,
    on fresh leaf copies of its inputs (so in-place operators never touch a saved tensor).
-   The least CPU time over the repeats is kept (interference only ever adds). With a GPU
+   The repeats go round the segments, and the least CPU time over them is kept (interference
+   only ever adds; a busy machine slows a process for seconds at a time, so each segment's
+   runs are spread over the whole measurement). The model is also timed whole in the same
+   rounds: a segment's boundary (its outputs made contiguous, tuples packed and unpacked, one
+   more module call) costs time that a stage holding several segments does not pay (T5's
+   forward: 15-20 %), so the segments' times of each kind are scaled to sum to the whole
+   model's (``boundary_scale``, at most 1). With a GPU
    ``spec`` each run is priced instead by that GPU's roofline of the kernels it launched (the
    profiler's FLOP and bytes count, `devplace_lite.pipeline.profile.KernelLog`). Also recorded:
    the bytes of the parameters each segment holds, the activations autograd saves for its
@@ -42,7 +48,8 @@ How
    on the first stage), an edge per value passed, backward nodes paired by colour in
    training. ``comm`` is the bytes a segment sends on, over the link.
 
-Complexity: one export (or trace) and ``(warmup + repeats)`` forward (and backward) passes.
+Complexity: two exports (or one trace) and ``(warmup + repeats)`` forward (and backward) passes of
+the segments and of the whole model.
 
 Example
 -------
