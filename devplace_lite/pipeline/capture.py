@@ -33,9 +33,11 @@ How
    calling thread on one torch thread (a shared machine's load does not inflate it: waiting
    for a core is not CPU time), and in training the segment's own backward, fed with ones,
    on fresh leaf copies of its inputs (so in-place operators never touch a saved tensor).
-   The repeats go round the segments, and the least CPU time over them is kept (interference
-   only ever adds; a busy machine slows a process for seconds at a time, so each segment's
-   runs are spread over the whole measurement). The model is also timed whole in the same
+   The repeats go round the segments (a busy machine slows a process for seconds at a time,
+   so each segment's runs are spread over the whole measurement); a segment's time is its
+   median share of a round times the least round's time (interference only ever adds, and
+   the least of whole rounds, like a run's least time of a whole stage, is not the sum of
+   each segment's least, which is lower on a busy machine). The model is also timed whole in the same
    rounds: a segment's boundary (its outputs made contiguous, tuples packed and unpacked, one
    more module call) costs time that a stage holding several segments does not pay (T5's
    forward: 15-20 %), so the segments' times of each kind are scaled to sum to the whole
@@ -70,6 +72,7 @@ import contextlib
 import copy
 import linecache
 import os
+import statistics
 import time
 import traceback
 import warnings
@@ -745,13 +748,34 @@ def _timed_pass(m: nn.Module, args: Sequence[Any], training: bool, clock, meter:
     return f_ms, i_ms, b_ms, out[0]
 
 
+def _round_estimate(rounds: Sequence[Sequence[float]]) -> list[float]:
+    """Each segment's time from ``rounds`` (one list of segment times per round): its median
+    share of a round times the least round. What a run measures of a stage is its least time
+    over the micro-batches, a least *sum* of the stage's segments; the sum of each segment's own
+    least time is below that on a busy machine (measured at load 10: 0.8-0.95 of it), so the
+    least is taken of whole rounds, and the shares, from medians, are robust to a spike.
+
+    Examples
+    --------
+    >>> _round_estimate([[1.0, 3.0], [2.0, 6.0], [1.0, 2.0]])  # round 2 a busy moment
+    [0.75, 2.25]
+    """
+    if not rounds:
+        return []
+    n = len(rounds[0])
+    med = [statistics.median(rd[i] for rd in rounds) for i in range(n)]
+    total = sum(med)
+    least = min(sum(rd) for rd in rounds)
+    return [m * least / total if total > 0 else 0.0 for m in med]
+
+
 def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
                      threads: int = 1, device: str = "cpu", spec: str | None = None) -> SegmentTimes:
     """Time every segment of ``cap`` on its example micro-batch (see the module docstring).
 
-    The repeats go round the segments (every segment once, then again), so that each
-    segment's least time is taken over the whole measurement, not over a moment a busy machine
-    slowed down. The model is also timed whole (`_whole`, in the same rounds): the segments'
+    The repeats go round the segments (every segment once, then again), and each segment's
+    time is its median share of a round times the least round (`_round_estimate`). The model
+    is also timed whole (`_whole`, in the same rounds): the segments'
     boundaries (outputs made contiguous, tuples packed and unpacked, one module call each) cost
     time that a stage holding several segments does not pay, so each kind's times are scaled
     by whole / sum of the segments (at most 1), recorded in ``boundary_scale``.
@@ -806,32 +830,28 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                 w.modules = [m.to(device) for m in w.modules]
             for _, wm, wargs, _ in _run_in_order(w, example):
                 whole = (wm, list(wargs))
-        times = [([], [], []) for _ in range(n + 1)]  # F, I, B of each segment, then of the whole model
+        rounds: list[list[tuple]] = []  # per timed round: (F, I, B) of each segment, then of the whole model
         for r in range(warmup + repeats):
-            for j, (m, args) in enumerate(calls + ([whole] if whole is not None else [])):
-                got = _timed_pass(m, args, training, clock)[:3]
-                if r >= warmup:
-                    for acc, t in zip(times[j], got):
-                        if t is not None:
-                            acc.append(t)
+            got = [_timed_pass(m, args, training, clock)[:3]
+                   for m, args in calls + ([whole] if whole is not None else [])]
+            if r >= warmup:
+                rounds.append(got)
     finally:
         torch.set_num_threads(before)
-    least = [[min(ts) if ts else 0.0 for ts in seg] for seg in times]
-    fwd, bin_, bwd = ([least[i][k] for i in range(n)] for k in range(3))
-    bin_ = [min(x, b) if times[i][1] else 0.0 for i, (x, b) in enumerate(zip(bin_, bwd))]
-    scale = {"F": 1.0, "B": 1.0}
+    fwd, bin_, bwd = (_round_estimate([[t[k] or 0.0 for t in rd[:n]] for rd in rounds]) for k in range(3))
+    bin_ = [min(x, b) for x, b in zip(bin_, bwd)]
+    scale, whole_ms = None, None
     if whole is not None:
-        for key, k, seg in (("F", 0, fwd), ("B", 2, bwd)):
-            if sum(seg) > 0 and least[n][k] > 0:
-                scale[key] = min(1.0, least[n][k] / sum(seg))
+        whole_ms = {key: min(rd[n][k] or 0.0 for rd in rounds) for key, k in (("F", 0), ("B", 2))}
+        scale = {key: min(1.0, whole_ms[key] / sum(seg)) if sum(seg) > 0 and whole_ms[key] > 0 else 1.0
+                 for key, seg in (("F", fwd), ("B", bwd))}
         fwd = [t * scale["F"] for t in fwd]
         bwd, bin_ = [t * scale["B"] for t in bwd], [t * scale["B"] for t in bin_]
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
                         input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_,
                         output_bytes=outb, spec=None if spec is None else str(spec).upper(),
-                        boundary_scale=scale if whole is not None else None,
-                        whole_ms={"F": least[n][0], "B": least[n][2]} if whole is not None else None)
+                        boundary_scale=scale, whole_ms=whole_ms)
 
 
 def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = None,
