@@ -40,7 +40,7 @@ How
    each segment's least, which is lower on a busy machine). The model is also timed whole in the same
    rounds: a segment's boundary (its outputs made contiguous, tuples packed and unpacked, one
    more module call) costs time that a stage holding several segments does not pay (T5's
-   forward: 15-20 %), so the segments' times of each kind are scaled to sum to the whole
+   forward: 8-17 %), so the segments' times of each kind are scaled to sum to the whole
    model's (``boundary_scale``, at most 1). With a GPU
    ``spec`` each run is priced instead by that GPU's roofline of the kernels it launched (the
    profiler's FLOP and bytes count, `devplace_lite.pipeline.profile.KernelLog`). Also recorded:
