@@ -292,3 +292,15 @@ def test_cli_plan_of_a_zoo_model_writes_plan_graph_and_script(tmp_path, capsys):
 
     g = load_graph(tmp_path / "graph.json")  # the written graph is a valid graph file
     assert g.meta["segments"]["names"] == plan_json["segment_names"]
+
+
+def test_the_models_inputs_get_no_gradient_in_the_profile():
+    """A pipeline's first stage gets data: an image's gradient through the first layer is
+    computed by nobody, so the profile neither times it nor counts an inputs-only pass."""
+    net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = (torch.randn(4, 16),)
+    cap = capture(net, x)
+    t = measure_segments(cap, training=True, repeats=1, warmup=0)
+    assert t.backward_input_ms[0] == 0.0 and t.backward_ms[0] > 0  # the weights' gradients, nothing else
+    assert t.backward_input_ms[2] > 0  # a later segment's input does get its gradient
+    assert not x[0].requires_grad  # the example is left as given

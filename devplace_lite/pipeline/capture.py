@@ -584,19 +584,6 @@ class SegmentTimes:
     whole_ms: dict[str, float] | None = None
 
 
-def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
-    """Leaf copies of a segment's inputs, as a pipeline stage receives them; in training each
-    is cloned again so an in-place operator writes into the clone, never into the leaf."""
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            leaf = v.detach().requires_grad_(training and v.is_floating_point() and v.requires_grad)
-            out.append(leaf.clone() if leaf.requires_grad else leaf)
-        else:
-            out.append(v)
-    return out
-
-
 def _bytes(v: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tree_flatten(v)[0] if isinstance(t, torch.Tensor))
 
@@ -717,19 +704,33 @@ def _whole(cap: Capture) -> Capture:
                    modules=[pipe.get_stage_module(0)], wiring=pipe.split_gm, granularity=cap.granularity)
 
 
-def _timed_pass(m: nn.Module, args: Sequence[Any], training: bool, clock, meter: _Saved | None = None):
-    """One forward of segment ``m`` on fresh copies of ``args`` and, in training, its
-    inputs-only backward and its full backward, fed with ones: ``(F, I, B, output)`` (I and B
-    None when there is nothing to differentiate). With ``meter`` the forward is untimed and
-    counts the saved tensors instead (the hooks cost time)."""
+def _grads(src: Sequence[tuple]) -> list[bool]:
+    """Which of a segment's arguments get a gradient: not the model's inputs, since a
+    pipeline's first stage gets data whose gradient nobody computes (an image's gradient
+    through the first convolution would add to that stage's backward, and be all of its
+    input-gradient pass)."""
+    return [s[0] != "input" for s in src]
+
+
+def _timed_pass(m: nn.Module, args: Sequence[Any], grad: Sequence[bool], training: bool, clock,
+                meter: _Saved | None = None):
+    """One forward of segment ``m`` on fresh leaf copies of ``args`` (those flagged in ``grad``
+    and floating-point requiring a gradient, as a stage receives them, cloned so that an
+    in-place operator never writes into the leaf) and, in training, its inputs-only backward
+    and its full backward, fed with ones: ``(F, I, B, output)`` (I and B None when there is
+    nothing to differentiate). With ``meter`` the forward is untimed and counts the saved
+    tensors instead (the hooks cost time)."""
     out: list[Any] = []
     f_ms = i_ms = b_ms = None
     with torch.set_grad_enabled(training):
         # grad mode set here: `_run_in_order`'s no_grad would otherwise leave the fresh inputs
         # without requires_grad, and the backward would skip the inputs' gradients
-        xs = _fresh([a.requires_grad_(training and a.is_floating_point())
-                     if isinstance(a, torch.Tensor) and not a.requires_grad and a.is_leaf else a
-                     for a in args], training)
+        xs = []
+        for a, g in zip(args, grad):
+            if isinstance(a, torch.Tensor):
+                leaf = a.detach().requires_grad_(training and g and a.is_floating_point())
+                a = leaf.clone() if leaf.requires_grad else leaf
+            xs.append(a)
         if meter is not None:
             with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
                 out.append(m(*xs))
@@ -808,7 +809,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     n = cap.num_segments
     acts, outb = [0] * n, [0] * n
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
-    calls: list[tuple[nn.Module, list[Any]]] = []
+    calls: list[tuple[nn.Module, list[Any], list[bool]]] = []
     try:
         for i, m, args, src in _run_in_order(cap, example):
             ps = list(m.parameters())
@@ -818,22 +819,22 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
                           isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
             meter = _Saved({id(p) for p in ps})
-            out = _timed_pass(m, args, training, clock, meter)[3]
+            out = _timed_pass(m, args, _grads(src), training, clock, meter)[3]
             acts[i] = int(meter.total if training else _bytes(out))
             outb[i] = _bytes(out)
-            calls.append((m, list(args)))
+            calls.append((m, list(args), _grads(src)))
         # a roofline prices kernels, and the boundaries' copies are kernels a stage runs too
         whole = None
         if spec is None and n > 1 and (cap.how != "torch.fx" or cap.traced is not None):
             w = _whole(cap)
             if device != "cpu":
                 w.modules = [m.to(device) for m in w.modules]
-            for _, wm, wargs, _ in _run_in_order(w, example):
-                whole = (wm, list(wargs))
+            for _, wm, wargs, wsrc in _run_in_order(w, example):
+                whole = (wm, list(wargs), _grads(wsrc))
         rounds: list[list[tuple]] = []  # per timed round: (F, I, B) of each segment, then of the whole model
         for r in range(warmup + repeats):
-            got = [_timed_pass(m, args, training, clock)[:3]
-                   for m, args in calls + ([whole] if whole is not None else [])]
+            got = [_timed_pass(m, args, grad, training, clock)[:3]
+                   for m, args, grad in calls + ([whole] if whole is not None else [])]
             if r >= warmup:
                 rounds.append(got)
     finally:
