@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.cost import evaluate  # noqa: E402
 from devplace_lite.errors import GraphError, UsageError  # noqa: E402
-from devplace_lite.pipeline.capture import _run_in_order, _whole, capture, measure_segments, segment_graph  # noqa: E402,E501
+from devplace_lite.pipeline.capture import (_run_in_order, _whole, capture, measure_segments,  # noqa: E402
+                                            segment_graph)
 from devplace_lite.pipeline.planner import (_fit, even_split, in_flight, plan, plan_graph, scaled_graph,  # noqa: E402
                                             stage_assignment)
 from devplace_lite.pipeline.torchrun import launch, torchrun_commands  # noqa: E402
