@@ -188,7 +188,11 @@ Known deviations and failures:
   moves by 10-40 % over minutes at the loads below. The same split of GPT-2, OPT and BERT,
   profiled once, replays 13-40 % slower in its GPipe run than in its 1F1B run a minute later
   (the load, or GPipe's four micro-batches in flight evicting each other from the caches: not
-  told apart here);
+  told apart here). The five vision models were run twice, before and after the profile
+  stopped giving the model's inputs a gradient (a change to the first segment's backward
+  only): between the two profiles their forecasts moved by -30 % to +13 % (MobileNetV3 107 to
+  75 ms under GPipe), and the first run's 20 rows read a median error of 10.7 % (worst 35 %),
+  the second's, in the table, 15.4 % (worst 54 %);
 * **ZB-V is under-forecast** (its rows, 0.5-0.9): torch's weight pass costs about a whole
   backward, not the backward less the input-gradient pass, which is what the forecast prices
   (`W = B - I`). By `devplace plan --run` on MobileNetV3 and OPT (load 11-17): the run's
