@@ -193,18 +193,18 @@ Known deviations and failures:
   only): between the two profiles their forecasts moved by -30 % to +13 % (MobileNetV3 107 to
   75 ms under GPipe), and the first run's 20 rows read a median error of 10.7 % (worst 35 %),
   the second's, in the table, 15.4 % (worst 54 %);
-* **ZB-V is under-forecast** (its rows, 0.5-0.9): torch's weight pass costs about a whole
+* **ZB-V is under-forecast** (its rows: 0.46-0.95, T5 1.05): torch's weight pass costs about a whole
   backward, not the backward less the input-gradient pass, which is what the forecast prices
   (`W = B - I`). By `devplace plan --run` on MobileNetV3 and OPT (load 11-17): the run's
   I + W per stage was 2.9, 4.1, 7.0, 6.0 ms against a forecast B of 3.6, 2.4, 4.3, 4.2 ms
   (MobileNet), 3.8, 3.5, 3.2, 1.6 against 4.0, 1.6, 1.9, 1.7 (OPT), while F and I were within
   the noise. Measuring W as torch runs it needs a weight time per segment in the split search's
   costs (`devplace_lite.schedules.search`), not done here;
-* **ConvNeXt is under-forecast** (0.5-0.75): its 137 segments' boundaries cost most where the
+* **ConvNeXt is under-forecast** (0.62-0.66): its 137 segments' boundaries cost most where the
   activations are large (the copies that make a channels-last tensor contiguous), while the
-  whole-model scale (0.49 of the forward here) takes the same share off every segment, the
-  late, low-resolution ones too: the first stage is forecast within 10 % and the last at half
-  of what the run measures. Pricing each boundary (timing the model with every other boundary
+  whole-model scale (0.50 of the forward here) takes the same share off every segment, the
+  late, low-resolution ones too: the first stage is forecast 5-20 % over and the last at
+  0.5-0.6 of what the run measures. Pricing each boundary (timing the model with every other boundary
   removed) would place it;
 * under the zero-bubble schedules the input-gradient pass keeps intermediate gradients for the
   weight pass, which the forecast does not count (the second rank of ZB-V reads about 0.8);
