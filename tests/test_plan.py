@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.cost import evaluate  # noqa: E402
 from devplace_lite.errors import GraphError, UsageError  # noqa: E402
-from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph  # noqa: E402
+from devplace_lite.pipeline.capture import (_run_in_order, _whole, capture, measure_segments,  # noqa: E402
+                                            segment_graph)
 from devplace_lite.pipeline.planner import (_fit, even_split, in_flight, plan, plan_graph, scaled_graph,  # noqa: E402
                                             stage_assignment)
 from devplace_lite.pipeline.torchrun import launch, torchrun_commands  # noqa: E402
@@ -69,6 +70,32 @@ def test_export_capture_keeps_split_points_and_finds_a_weight_used_outside_its_m
     assert min(roof.backward_ms[3:5]) > max(roof.backward_ms[1:3])
     g = segment_graph(cap, times)
     assert g.is_training and g.n == 1 + 2 * 7 and g.meta["segments"]["names"] == cap.names
+
+
+def test_segment_times_sum_to_the_model_timed_whole_and_never_scale_up(unequal_capture):
+    model, x, cap = unequal_capture
+    whole = _whole(cap)  # the program without segment boundaries: the model itself
+    with torch.no_grad():
+        (_, m, args, _), = list(_run_in_order(whole, x))
+        assert torch.allclose(m(*args), model(*x), atol=1e-6)
+    t = measure_segments(cap, training=True, repeats=3, warmup=1)
+    assert set(t.boundary_scale) == {"F", "B"} and all(0 < v <= 1 for v in t.boundary_scale.values())
+    for kind, times in (("F", t.forward_ms), ("B", t.backward_ms)):
+        if t.boundary_scale[kind] < 1:  # scaled: the segments sum to the whole model's time
+            assert sum(times) == pytest.approx(t.whole_ms[kind], rel=1e-9)
+        else:  # the whole model measured no faster: the segments' own times, unscaled
+            assert sum(times) <= t.whole_ms[kind] + 1e-9
+    assert all(i <= b + 1e-12 for i, b in zip(t.backward_input_ms, t.backward_ms))
+    assert measure_segments(cap, training=True, spec="A100").boundary_scale is None  # a roofline prices kernels
+
+
+def test_the_fx_route_is_timed_whole_as_traced():
+    model, x = plan_models.branchy(batch=2)
+    cap = capture(model, x)
+    (_, m, args, _), = list(_run_in_order(_whole(cap), x))
+    with torch.no_grad():
+        assert torch.allclose(m(*args), model(*x))
+    assert 0 < measure_segments(cap, training=True, repeats=1, warmup=0).boundary_scale["F"] <= 1
 
 
 def test_fx_fallback_names_the_module_the_line_and_the_way_taken():
@@ -266,3 +293,15 @@ def test_cli_plan_of_a_zoo_model_writes_plan_graph_and_script(tmp_path, capsys):
 
     g = load_graph(tmp_path / "graph.json")  # the written graph is a valid graph file
     assert g.meta["segments"]["names"] == plan_json["segment_names"]
+
+
+def test_the_models_inputs_get_no_gradient_in_the_profile():
+    """A pipeline's first stage gets data: an image's gradient through the first layer is
+    computed by nobody, so the profile neither times it nor counts an inputs-only pass."""
+    net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = (torch.randn(4, 16),)
+    cap = capture(net, x)
+    t = measure_segments(cap, training=True, repeats=1, warmup=0)
+    assert t.backward_input_ms[0] == 0.0 and t.backward_ms[0] > 0  # the weights' gradients, nothing else
+    assert t.backward_input_ms[2] > 0  # a later segment's input does get its gradient
+    assert not x[0].requires_grad  # the example is left as given

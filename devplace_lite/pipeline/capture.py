@@ -33,7 +33,15 @@ How
    calling thread on one torch thread (a shared machine's load does not inflate it: waiting
    for a core is not CPU time), and in training the segment's own backward, fed with ones,
    on fresh leaf copies of its inputs (so in-place operators never touch a saved tensor).
-   The least CPU time over the repeats is kept (interference only ever adds). With a GPU
+   The repeats go round the segments (a busy machine slows a process for seconds at a time,
+   so each segment's runs are spread over the whole measurement); a segment's time is its
+   median share of a round times the least round's time (interference only ever adds, and
+   the least of whole rounds, like a run's least time of a whole stage, is not the sum of
+   each segment's least, which is lower on a busy machine). The model is also timed whole in the same
+   rounds: a segment's boundary (its outputs made contiguous, tuples packed and unpacked, one
+   more module call) costs time that a stage holding several segments does not pay (T5's
+   forward: 8-17 %), so the segments' times of each kind are scaled to sum to the whole
+   model's (``boundary_scale``, at most 1). With a GPU
    ``spec`` each run is priced instead by that GPU's roofline of the kernels it launched (the
    profiler's FLOP and bytes count, `devplace_lite.pipeline.profile.KernelLog`). Also recorded:
    the bytes of the parameters each segment holds, the activations autograd saves for its
@@ -42,7 +50,8 @@ How
    on the first stage), an edge per value passed, backward nodes paired by colour in
    training. ``comm`` is the bytes a segment sends on, over the link.
 
-Complexity: one export (or trace) and ``(warmup + repeats)`` forward (and backward) passes.
+Complexity: two exports (or one trace) and ``(warmup + repeats)`` forward (and backward) passes of
+the segments and of the whole model.
 
 Example
 -------
@@ -63,6 +72,7 @@ import contextlib
 import copy
 import linecache
 import os
+import statistics
 import time
 import traceback
 import warnings
@@ -198,6 +208,8 @@ class Capture:
     notes: list[str] = field(default_factory=list)
     tied: dict[str, list[int]] = field(default_factory=dict)
     leaf_modules: list[str] = field(default_factory=list)
+    #: The fx route's traced model before it was cut (`_whole` times it).
+    traced: nn.Module | None = None
 
     @property
     def num_segments(self) -> int:
@@ -456,7 +468,7 @@ def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granular
     gm, leaves = trace_with_leaves(model, notes)
     sp, names = fx_split(gm, example, cands, leaves)
     return Capture(model=model, example=example, how="torch.fx", names=names, modules=list(sp.stages),
-                   wiring=None, granularity=granularity, leaf_modules=leaves)
+                   wiring=None, granularity=granularity, leaf_modules=leaves, traced=gm)
 
 
 def without_cache(model: nn.Module) -> list[str]:
@@ -565,19 +577,11 @@ class SegmentTimes:
     output_bytes: list[int] = field(default_factory=list)
     #: The accelerator whose roofline gave the times (`measure_segments`' ``spec``), else measured.
     spec: str | None = None
-
-
-def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
-    """Leaf copies of a segment's inputs, as a pipeline stage receives them; in training each
-    is cloned again so an in-place operator writes into the clone, never into the leaf."""
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            leaf = v.detach().requires_grad_(training and v.is_floating_point() and v.requires_grad)
-            out.append(leaf.clone() if leaf.requires_grad else leaf)
-        else:
-            out.append(v)
-    return out
+    #: Measured times only: the factor (at most 1) by which each kind's segment times were scaled
+    #: so that they sum to the model timed whole (``{"F": ..., "B": ...}``; I as B), and those
+    #: whole-model times (ms).
+    boundary_scale: dict[str, float] | None = None
+    whole_ms: dict[str, float] | None = None
 
 
 def _bytes(v: Any) -> int:
@@ -685,9 +689,97 @@ def _roofline_clock(acc: Any):
     return clock
 
 
+def _whole(cap: Capture) -> Capture:
+    """``cap`` as one segment: the model's program without the segment boundaries, which a
+    pipeline stage holding several segments does not run either (the export route: torch's
+    pipeline with no split point; the fx route: the traced graph before it was cut)."""
+    if cap.how == "torch.fx":
+        return Capture(model=cap.model, example=cap.example, how=cap.how, names=["(whole)"], modules=[cap.traced],
+                       wiring=None, granularity=cap.granularity)
+    from torch.distributed.pipelining import pipeline
+
+    with known_warnings_filtered():
+        pipe = pipeline(copy.deepcopy(cap.model), cap.example, split_policy=split_policy([]))
+    return Capture(model=cap.model, example=cap.example, how=cap.how, names=["(whole)"],
+                   modules=[pipe.get_stage_module(0)], wiring=pipe.split_gm, granularity=cap.granularity)
+
+
+def _grads(src: Sequence[tuple]) -> list[bool]:
+    """Which of a segment's arguments get a gradient: not the model's inputs, since a
+    pipeline's first stage gets data whose gradient nobody computes (an image's gradient
+    through the first convolution would add to that stage's backward, and be all of its
+    input-gradient pass)."""
+    return [s[0] != "input" for s in src]
+
+
+def _timed_pass(m: nn.Module, args: Sequence[Any], grad: Sequence[bool], training: bool, clock,
+                meter: _Saved | None = None):
+    """One forward of segment ``m`` on fresh leaf copies of ``args`` (those flagged in ``grad``
+    and floating-point requiring a gradient, as a stage receives them, cloned so that an
+    in-place operator never writes into the leaf) and, in training, its inputs-only backward
+    and its full backward, fed with ones: ``(F, I, B, output)`` (I and B None when there is
+    nothing to differentiate). With ``meter`` the forward is untimed and counts the saved
+    tensors instead (the hooks cost time)."""
+    out: list[Any] = []
+    f_ms = i_ms = b_ms = None
+    with torch.set_grad_enabled(training):
+        # grad mode set here: `_run_in_order`'s no_grad would otherwise leave the fresh inputs
+        # without requires_grad, and the backward would skip the inputs' gradients
+        xs = []
+        for a, g in zip(args, grad):
+            if isinstance(a, torch.Tensor):
+                leaf = a.detach().requires_grad_(training and g and a.is_floating_point())
+                a = leaf.clone() if leaf.requires_grad else leaf
+            xs.append(a)
+        if meter is not None:
+            with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+                out.append(m(*xs))
+        else:
+            f_ms = clock(lambda: out.append(m(*xs)))
+    if training:
+        ys = [y for y in tree_flatten(out[0])[0] if isinstance(y, torch.Tensor) and y.requires_grad]
+        if ys:
+            seeds = [torch.ones_like(y) for y in ys]
+            need = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
+            if need:  # the inputs' gradients alone, on the same graph (kept for the full pass)
+                i_ms = clock(lambda: torch.autograd.grad(ys, need, seeds, retain_graph=True, allow_unused=True))
+            b_ms = clock(lambda: torch.autograd.backward(ys, seeds))
+        for p in m.parameters():
+            p.grad = None
+    return f_ms, i_ms, b_ms, out[0]
+
+
+def _round_estimate(rounds: Sequence[Sequence[float]]) -> list[float]:
+    """Each segment's time from ``rounds`` (one list of segment times per round): its median
+    share of a round times the least round. What a run measures of a stage is its least time
+    over the micro-batches, a least *sum* of the stage's segments; the sum of each segment's own
+    least time is below that on a busy machine (measured at load 10: 0.8-0.95 of it), so the
+    least is taken of whole rounds, and the shares, from medians, are robust to a spike.
+
+    Examples
+    --------
+    >>> _round_estimate([[1.0, 3.0], [2.0, 6.0], [1.0, 2.0]])  # round 2 a busy moment
+    [0.75, 2.25]
+    """
+    if not rounds:
+        return []
+    n = len(rounds[0])
+    med = [statistics.median(rd[i] for rd in rounds) for i in range(n)]
+    total = sum(med)
+    least = min(sum(rd) for rd in rounds)
+    return [m * least / total if total > 0 else 0.0 for m in med]
+
+
 def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
                      threads: int = 1, device: str = "cpu", spec: str | None = None) -> SegmentTimes:
     """Time every segment of ``cap`` on its example micro-batch (see the module docstring).
+
+    The repeats go round the segments (every segment once, then again), and each segment's
+    time is its median share of a round times the least round (`_round_estimate`). The model
+    is also timed whole (`_whole`, in the same rounds): the segments'
+    boundaries (outputs made contiguous, tuples packed and unpacked, one module call each) cost
+    time that a stage holding several segments does not pay, so each kind's times are scaled
+    by whole / sum of the segments (at most 1), recorded in ``boundary_scale``.
 
     ``device="cuda"`` moves the segments to the current GPU and times them with CUDA events
     (the one-GPU measurement of a k-GPU pipeline). ``spec`` (``"V100"``, ``"A100"``,
@@ -715,8 +807,9 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     n = cap.num_segments
-    fwd, bwd, acts, bin_, outb = [0.0] * n, [0.0] * n, [0] * n, [0.0] * n, [0] * n
+    acts, outb = [0] * n, [0] * n
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
+    calls: list[tuple[nn.Module, list[Any], list[bool]]] = []
     try:
         for i, m, args, src in _run_in_order(cap, example):
             ps = list(m.parameters())
@@ -725,50 +818,41 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             grads[i] = sum(p.numel() * p.element_size() for p in ps if p.requires_grad)
             inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
                           isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
-            f_ms, b_ms, i_ms = [], [], []
-            for r in range(-1, warmup + repeats):  # run -1 counts saved tensors (hooks cost time): untimed
-                out: list[Any] = []
-                with torch.set_grad_enabled(training):
-                    # grad mode set here: the no_grad of the generator above is still on, and under it the
-                    # fresh inputs came out not requiring grad, so the backward skipped the inputs' gradients
-                    xs = _fresh([a.requires_grad_(training and a.is_floating_point())
-                                 if isinstance(a, torch.Tensor) and not a.requires_grad and a.is_leaf else a
-                                 for a in args], training)
-                    if r < 0:
-                        meter = _Saved({id(p) for p in ps})
-                        with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
-                            out.append(m(*xs))
-                        acts[i] = int(meter.total if training else _bytes(out[0]))
-                        outb[i] = _bytes(out[0])
-                    else:
-                        t = clock(lambda: out.append(m(*xs)))
-                if r >= warmup:
-                    f_ms.append(t)
-                if training:
-                    ys = [y for y in tree_flatten(out[0])[0] if isinstance(y, torch.Tensor) and y.requires_grad]
-                    if ys:
-                        seeds = [torch.ones_like(y) for y in ys]
-                        # the inputs' gradients alone, on the same graph (kept for the full pass)
-                        need = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
-                        if need:
-                            t = clock(lambda: torch.autograd.grad(ys, need, seeds, retain_graph=True,
-                                                                  allow_unused=True))
-                            if r >= warmup:
-                                i_ms.append(t)
-                        t = clock(lambda: torch.autograd.backward(ys, seeds))
-                        if r >= warmup:
-                            b_ms.append(t)
-                    for p in ps:
-                        p.grad = None
-            fwd[i] = min(f_ms)
-            bwd[i] = min(b_ms) if b_ms else 0.0
-            bin_[i] = min(min(i_ms), bwd[i]) if i_ms else 0.0
+            meter = _Saved({id(p) for p in ps})
+            out = _timed_pass(m, args, _grads(src), training, clock, meter)[3]
+            acts[i] = int(meter.total if training else _bytes(out))
+            outb[i] = _bytes(out)
+            calls.append((m, list(args), _grads(src)))
+        # a roofline prices kernels, and the boundaries' copies are kernels a stage runs too
+        whole = None
+        if spec is None and n > 1 and (cap.how != "torch.fx" or cap.traced is not None):
+            w = _whole(cap)
+            if device != "cpu":
+                w.modules = [m.to(device) for m in w.modules]
+            for _, wm, wargs, wsrc in _run_in_order(w, example):
+                whole = (wm, list(wargs), _grads(wsrc))
+        rounds: list[list[tuple]] = []  # per timed round: (F, I, B) of each segment, then of the whole model
+        for r in range(warmup + repeats):
+            got = [_timed_pass(m, args, grad, training, clock)[:3]
+                   for m, args, grad in calls + ([whole] if whole is not None else [])]
+            if r >= warmup:
+                rounds.append(got)
     finally:
         torch.set_num_threads(before)
+    fwd, bin_, bwd = (_round_estimate([[t[k] or 0.0 for t in rd[:n]] for rd in rounds]) for k in range(3))
+    bin_ = [min(x, b) for x, b in zip(bin_, bwd)]
+    scale, whole_ms = None, None
+    if whole is not None:
+        whole_ms = {key: min(rd[n][k] or 0.0 for rd in rounds) for key, k in (("F", 0), ("B", 2))}
+        scale = {key: min(1.0, whole_ms[key] / sum(seg)) if sum(seg) > 0 and whole_ms[key] > 0 else 1.0
+                 for key, seg in (("F", fwd), ("B", bwd))}
+        fwd = [t * scale["F"] for t in fwd]
+        bwd, bin_ = [t * scale["B"] for t in bwd], [t * scale["B"] for t in bin_]
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
                         input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_,
-                        output_bytes=outb, spec=None if spec is None else str(spec).upper())
+                        output_bytes=outb, spec=None if spec is None else str(spec).upper(),
+                        boundary_scale=scale, whole_ms=whole_ms)
 
 
 def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = None,
@@ -835,7 +919,8 @@ def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = Non
         "segments": {"names": list(cap.names), "param_bytes": times.param_bytes, "grad_bytes": times.grad_bytes,
                      "activation_bytes": times.activation_bytes, "forward_ms": times.forward_ms,
                      "backward_ms": times.backward_ms, "input_bytes": times.input_bytes,
-                     "backward_input_ms": times.backward_input_ms, "output_bytes": times.output_bytes},
+                     "backward_input_ms": times.backward_input_ms, "output_bytes": times.output_bytes,
+                     "boundary_scale": times.boundary_scale, "whole_ms": times.whole_ms},
         "tied": {k: v for k, v in cap.tied.items()}, "leaf_modules": list(cap.leaf_modules),
     }
     kind = "training" if times.training else "inference"

@@ -33,11 +33,12 @@ from torch import nn
 
 from ..errors import UsageError
 
-#: model name -> (family, factory name): the eight external models of the benchmark.
+#: model name -> family: the ten external models of the benchmarks.
 MODELS = {
     "resnet18": "torchvision", "mobilenet_v3_small": "torchvision", "vit": "torchvision",
-    "convnext_tiny": "torchvision", "efficientnet_b0": "timm",
-    "bert": "Hugging Face encoder", "gpt2": "Hugging Face decoder", "t5": "Hugging Face encoder-decoder",
+    "convnext_tiny": "torchvision", "efficientnet_b0": "timm", "deit_tiny": "timm",
+    "bert": "Hugging Face encoder", "gpt2": "Hugging Face decoder", "opt": "Hugging Face decoder",
+    "t5": "Hugging Face encoder-decoder",
 }
 
 
@@ -175,6 +176,15 @@ def efficientnet_b0(batch: int = 8, seed: int = 0):
     return _vision(lambda: timm.create_model("efficientnet_b0", pretrained=False, num_classes=10), batch, 64, seed)
 
 
+def deit_tiny(batch: int = 8, seed: int = 0):
+    """timm DeiT-Tiny (a vision transformer written apart from torchvision's: fused qkv, timm's
+    own blocks), 6 layers of width 192, 32x32 images in 8x8 patches, 10 classes."""
+    import_torchvision()  # timm imports torchvision
+    timm = _require("timm")
+    return _vision(lambda: timm.create_model("deit_tiny_patch16_224", pretrained=False, num_classes=10, img_size=32,
+                                             patch_size=8, depth=6), batch, 32, seed)
+
+
 class LogitsOf(nn.Module):
     """A Hugging Face model called with positional token tensors, returning its logits: what a
     pipeline stage can send (tensors, not a ModelOutput), without the key-value cache."""
@@ -213,6 +223,14 @@ def gpt2(batch: int = 8, seed: int = 0):
     """Hugging Face GPT-2 with its LM head (tied to the token embedding): 4 layers, width 128, 32 tokens."""
     return _hf("GPT2Config", "GPT2LMHeadModel", ("input_ids",), batch, 32, seed, vocab_size=2000, n_embd=128,
                n_layer=4, n_head=4, n_positions=64, bos_token_id=1999, eos_token_id=1999)  # in the vocabulary
+
+
+def opt(batch: int = 8, seed: int = 0):
+    """Hugging Face OPT with its LM head (tied to the token embedding; learned positions with
+    OPT's offset of 2, pre-norm blocks): 4 layers, width 128, 32 tokens."""
+    return _hf("OPTConfig", "OPTForCausalLM", ("input_ids",), batch, 32, seed, vocab_size=2000, hidden_size=128,
+               num_hidden_layers=4, ffn_dim=512, num_attention_heads=4, max_position_embeddings=64,
+               word_embed_proj_dim=128, pad_token_id=1, bos_token_id=2, eos_token_id=2)
 
 
 def t5(batch: int = 8, seed: int = 0):
