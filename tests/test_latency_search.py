@@ -221,3 +221,29 @@ def test_a_cpu_branch_moves_whole_to_an_idle_accelerator():
     assert all(call_latency(g, c, b) == pytest.approx(29.0) for b in singles)
     assert call_latency(g, c, search_mod._apply(blocks, a, runs[0])) == pytest.approx(9.0)
     assert call_latency(g, c, a) >= brute_latency(g, c) == pytest.approx(9.0)
+
+
+def test_unfold_sends_a_block_to_the_cpu_then_its_long_branch_to_an_idle_accelerator():
+    """u -> [s -> x1 -> x2 -> t, s -> y -> t] -> w; u and w fill their accelerators, the block
+    holds a third and pays u's and t's large tensors twice (47). On the CPU alone the block is
+    slower (50: the long branch takes 24); with that branch on the idle accelerator it is 30,
+    which no single move reaches from the call. `_unfold` takes both steps."""
+    def node(x, p_cpu, comm, memory):
+        return Node(x, p_acc=1.0, p_cpu=p_cpu, comm=comm, memory=memory)
+
+    nodes = [node("u", 100.0, 10.0, 4.0), node("s", 2.0, 1.0, 1.0), node("x1", 12.0, 1.0, 0.5),
+             node("x2", 12.0, 1.0, 0.5), node("y", 2.0, 1.0, 0.5), node("t", 2.0, 10.0, 1.0), node("w", 100.0, 1.0, 4.0)]
+    g = Graph(nodes, [("u", "s"), ("s", "x1"), ("x1", "x2"), ("x2", "t"), ("s", "y"), ("y", "t"), ("t", "w")])
+    c = Cluster(4, 1, memory=4.0)
+    a = np.array([0, 2, 2, 2, 2, 2, 1])
+    assert one_call_each(g, c, a) and call_latency(g, c, a) == pytest.approx(47.0)
+    blocks = unit_orders(g, c)
+    on_cpu = search_mod._apply(blocks, a, ("call", 2, c.k))
+    assert call_latency(g, c, on_cpu) == pytest.approx(50.0)
+    for seed in range(4):
+        b = search_mod._unfold(blocks, a, 47.0, np.random.default_rng(seed), lambda: False)
+        assert b is not None and one_call_each(g, c, b)
+        assert call_latency(g, c, b) == pytest.approx(30.0)
+        assert b[2] == b[3] < c.k and b[1] == b[4] == b[5] == c.k  # x1, x2 on the idle accelerator
+    # a split at which no call unfolds to anything better comes back as None
+    assert search_mod._unfold(blocks, b, call_latency(g, c, b), np.random.default_rng(0), lambda: False) is None
