@@ -565,6 +565,8 @@ class SegmentTimes:
     output_bytes: list[int] = field(default_factory=list)
     #: The accelerator whose roofline gave the times (`measure_segments`' ``spec``), else measured.
     spec: str | None = None
+    #: Segments that the deadline gave fewer than ``repeats`` timed runs (each got one at least).
+    cut_short: int = 0
 
 
 def _fresh(values: Sequence[Any], training: bool) -> list[Any]:
@@ -686,8 +688,13 @@ def _roofline_clock(acc: Any):
 
 
 def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
-                     threads: int = 1, device: str = "cpu", spec: str | None = None) -> SegmentTimes:
+                     threads: int = 1, device: str = "cpu", spec: str | None = None,
+                     deadline: float | None = None) -> SegmentTimes:
     """Time every segment of ``cap`` on its example micro-batch (see the module docstring).
+
+    ``deadline`` (a `time.monotonic` instant): each segment in turn gets an equal share of what
+    is left before it; past its share it skips its warm-up and stops repeating after its first
+    timed run (``cut_short`` counts such segments).
 
     ``device="cuda"`` moves the segments to the current GPU and times them with CUDA events
     (the one-GPU measurement of a k-GPU pipeline). ``spec`` (``"V100"``, ``"A100"``,
@@ -714,7 +721,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
         cap.modules = [m.to(device) for m in cap.modules]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    n = cap.num_segments
+    n, short = cap.num_segments, 0
     fwd, bwd, acts, bin_, outb = [0.0] * n, [0.0] * n, [0] * n, [0.0] * n, [0] * n
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
     try:
@@ -726,7 +733,14 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
                           isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
             f_ms, b_ms, i_ms = [], [], []
+            until = None if deadline is None else time.monotonic() + max(deadline - time.monotonic(), 0.0) / (n - i)
             for r in range(-1, warmup + repeats):  # run -1 counts saved tensors (hooks cost time): untimed
+                if until is not None and r >= 0 and time.monotonic() > until:
+                    if f_ms:  # one timed run at least
+                        short += len(f_ms) < repeats
+                        break
+                    if r < warmup:
+                        continue
                 out: list[Any] = []
                 with torch.set_grad_enabled(training):
                     # grad mode set here: the no_grad of the generator above is still on, and under it the
@@ -768,7 +782,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
                         input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_,
-                        output_bytes=outb, spec=None if spec is None else str(spec).upper())
+                        output_bytes=outb, spec=None if spec is None else str(spec).upper(), cut_short=short)
 
 
 def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = None,

@@ -21,9 +21,11 @@ that bound, and replayed in that order until the next bound reaches the best ste
 incumbent is then optimal, proven by exhaustion. A time or replay budget that runs out first
 leaves the incumbent with the least bound not yet ruled out, the gap stated (status
 ``time_limit`` when the time ran out, ``feasible`` for the replay budget); the time limit stops
-the search only once it holds an incumbent (a split that fits), the replay budget always. Past `ENUMERATE`, a boundary-moving local search from the given start split runs,
-and the bound is the least per-stage bound over all splits, found by a DP over cut positions
-in ``O(S n^2)`` (`global_bound`), or the rank-work bound ``m W / p``, whichever is larger.
+the search only once it holds an incumbent (a split that fits), the replay budget always. Past
+`ENUMERATE` (or when the time runs out while the splits are bounded), a boundary-moving local
+search from the given start split runs, and the bound is the least per-stage bound over all
+splits, found by a DP over cut positions in ``O(S n^2)`` (`global_bound`), or the rank-work
+bound ``m W / p``, whichever is larger.
 
 Activation recomputation (``recompute="auto"``, with a memory cap): a split that does not fit
 may fit when some stages recompute their activations in the backward (torch.utils.checkpoint;
