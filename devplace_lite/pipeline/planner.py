@@ -767,6 +767,7 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
         raise GraphError(f"--schedule auto: no schedule and micro-batch count gives a plan for k={k}"
                          + (f" within {memory:.0f} bytes per device" if memory is not None else "")
                          + f" ({tried[0]['refused'] if tried else 'nothing tried'})")
+    best.time_limit = time_limit  # the whole call's, not the choice's share
     best.auto = _auto_choice(best, tried, lower, not_tried, time_limit)
     if best.auto["status"] == "time_limit":
         best.stopped.append("schedule auto")
