@@ -57,6 +57,7 @@ def test_a_tiny_limit_on_schedule_auto_plans_the_first_choice_and_lists_the_rest
     assert {(t["schedule"], t["microbatches"]) for t in a["schedule_auto"]} == every
     ran = [t for t in a["schedule_auto"] if "not_tried" not in t]
     assert [(t["schedule"], t["microbatches"]) for t in ran] == [("1f1b", 4)]
+    assert all(t["not_tried"] == "the time limit ran out first" for t in a["schedule_auto"] if t not in ran)
     choice = a["auto_choice"]
     assert choice["status"] == "time_limit" and choice["tried"] == 1 and choice["choices"] == 28
     assert {(t["schedule"], t["microbatches"]) for t in choice["not_tried"]} == every - {("1f1b", 4)}

@@ -273,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
 def _print(a: dict[str, Any]) -> None:
     gap = "unknown" if a["gap"] is None else f"{100 * a['gap']:.1f} %"
     print(f"{a['model']}: {a['segments']} segments ({a['capture']}), {a['stages']} stage(s) of k={a['k']} by "
-          f"{a['method']} ({a['status']}), {a['schedule']} with {a['microbatches']} micro-batches of {a['microbatch']}")
+          f"{a['method']} ({a['method_status']}), {a['schedule']} with {a['microbatches']} micro-batches of "
+          f"{a['microbatch']}")
     if a["stopped"]:
         print(f"  time limit {a['time_limit']:g} s: cut short {', '.join(a['stopped'])} (status time_limit: the "
               "incumbent and its bound)")

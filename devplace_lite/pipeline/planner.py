@@ -411,7 +411,8 @@ class PipelinePlan:
             "microbatch": self.batch // self.microbatches, "schedule": self.schedule, "optimizer": self.optimizer,
             "k": self.k or self.cluster.accelerators, "stages": self.num_stages, "split_spec": self.split_spec,
             "split_points": self.split_points, "stage_segments": self.stage_segments, "method": self.method,
-            "method_reason": self.method_reason, "status": self.status, "objective_ms": self.result.objective,
+            "method_reason": self.method_reason, "status": self.status, "method_status": self.result.status,
+            "objective_ms": self.result.objective,
             "bound_ms": self.bound.bound, "bound_method": self.bound.method, "bound_status": self.bound.status,
             "gap": self.gap, "forecast": self.forecast(),
             "torch_schedule": _SCHEDULES[self.schedule].torch_class, "ranks": self.ranks,
@@ -731,11 +732,14 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
     best: PipelinePlan | None = None
     tried: list[dict] = []
     not_tried: list[tuple[int, str]] = []
+    why: dict[int, str] = {}  # micro-batch count -> why its choices (some or all) were not tried
     lower: list[float | None] = []  # per choice tried: a proven bound on its step (inf: proven to give no plan)
     profile_s = 0.0
     for g, m in enumerate(counts):
         if best is not None and budget.limit is not None and (budget.spent() or budget.left() < profile_s):
             not_tried += [(m, name) for name in names]
+            why[m] = ("the time limit ran out first" if budget.spent() else f"{budget.left():.3g} s of the time "
+                      f"limit left, less than the last profile took ({profile_s:.3g} s)")
             continue
         t = time.monotonic()
         graph, cap, seconds = segment_profile(model, inputs, m, training, granularity, repeats, warmup, model_spec,
@@ -744,6 +748,7 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
         for j, name in enumerate(names):
             if best is not None and budget.spent():
                 not_tried.append((m, name))
+                why[m] = "the time limit ran out first"
                 continue
             left = budget.left()
             waiting = len(names) - j + (len(counts) - g - 1) * len(names)
@@ -783,8 +788,7 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
                           + "; ".join(f"{m} micro-batch(es): " + ("every schedule" if len(nm) == len(SCHEDULES)
                                                                  else ", ".join(nm)) for m, nm in missed.items())
                           + ": the plan is the best of those tried, not proven the best of all")
-    tried += [{"schedule": name, "microbatches": m, "not_tried": "the time limit ran out first"}
-              for m, name in not_tried]
+    tried += [{"schedule": name, "microbatches": m, "not_tried": why[m]} for m, name in not_tried]
     tried.sort(key=lambda t: order[(t["microbatches"], t["schedule"])])
     best.seconds["total"] = time.monotonic() - started
     return best, tried
