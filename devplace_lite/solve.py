@@ -91,6 +91,10 @@ class Budget:
         keep = min(EXIT_SHARE * self.limit, 1.0)
         return max(self.limit - keep - (time.monotonic() - self.started), MIN_SLICE)
 
+    def spent(self) -> bool:
+        """Whether nothing but the answer's share is left: a step started now would overrun."""
+        return self.limit is not None and self.left() <= MIN_SLICE
+
 
 class Overtime(BaseException):
     """A step ran past its seconds (a BaseException: library code does not swallow it)."""
@@ -191,17 +195,11 @@ def _raise_bound(res: Result, entry: methods.Method, seconds: float) -> None:
     """Run the entry's certificate for at most ``seconds`` and raise ``res.bound`` to it;
     stopped midway, keep the last bound it reported."""
     res.extra["bound_kind"] = entry.certificate
-    proven: list = []
-    try:
-        with overtime_after(seconds + OVERTIME_GRACE):
-            b = certificate(res.graph, res.cluster, entry.certificate, time_limit=seconds, upper=res.objective,
-                            on_progress=proven.append, extra=res.extra)
-    except Overtime:  # building a bound's model can outlast its limit on huge graphs: keep what it proved
-        res.extra["bound_skipped"] = f"the certifying bound was stopped after {seconds:.3g} s"
-        if not proven:
-            return
-        b = proven[-1]
-    if math.isfinite(b.bound) and (res.bound is None or b.bound > res.bound):
+    b, stopped = certificate_within(res.graph, res.cluster, entry.certificate, seconds, upper=res.objective,
+                                    extra=res.extra)
+    if stopped:
+        res.extra["bound_skipped"] = stopped
+    if b is not None and math.isfinite(b.bound) and (res.bound is None or b.bound > res.bound):
         res.bound = b.bound
         res.extra["bound_method"] = b.method
 
@@ -215,6 +213,21 @@ def certificate(graph: Graph, cluster: Cluster, family: str, *, time_limit: floa
     fam = methods.BOUND_FAMILIES[family]
     return fam.method.load()(graph, cluster, time_limit=time_limit, upper=upper, on_progress=on_progress,
                              **fam.kwargs(extra or {}))
+
+
+def certificate_within(graph: Graph, cluster: Cluster, family: str, seconds: float, *, upper: float | None = None,
+                       extra: dict | None = None):
+    """`certificate` within ``seconds``, stopped from outside `OVERTIME_GRACE` past them
+    (building a bound's model can outlast its limit on huge graphs): ``(bound, stopped)``, the
+    bound it returned or the last one it reported before it was stopped (None if none), and
+    None or the line that says it was stopped."""
+    proven: list = []
+    try:
+        with overtime_after(seconds + OVERTIME_GRACE):
+            return certificate(graph, cluster, family, time_limit=seconds, upper=upper, on_progress=proven.append,
+                               extra=extra), None
+    except Overtime:
+        return (proven[-1] if proven else None), f"the certifying bound was stopped after {seconds:.3g} s"
 
 
 # -- bounds -------------------------------------------------------------------------------------

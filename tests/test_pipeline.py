@@ -129,7 +129,7 @@ def unequal_plan():
     model, x = plan_models.unequal(batch=8)
     cap = capture(model, tuple(t[:2] for t in x))
     graph = segment_graph(cap, measure_segments(cap, training=True, repeats=1, warmup=0))
-    return plan_graph(graph, k=3, microbatches=4, schedule="1f1b", time_limit=5)
+    return plan_graph(graph, k=3, microbatches=4, schedule="1f1b")
 
 
 @pytest.mark.parametrize("method", ["dp", "time", "parameters", "uniform"])
@@ -163,9 +163,8 @@ def test_gpipe_1f1b_and_inference_runs_equal_the_unsplit_model(skippy, tmp_path,
     """One profile, three plans: GPipe and 1F1B training (outputs and every gradient checked)
     and GPipe inference; GPipe keeps all four micro-batches' activations on rank 0, 1F1B two."""
     model, x = skippy
-    p = plan(model, (x,), k=2, microbatches=4, schedule="gpipe", model_spec="plan_models:skippy", repeats=1,
-             time_limit=5)
-    q = plan_graph(p.graph, k=2, microbatches=4, schedule="1f1b", time_limit=5)
+    p = plan(model, (x,), k=2, microbatches=4, schedule="gpipe", model_spec="plan_models:skippy", repeats=1)
+    q = plan_graph(p.graph, k=2, microbatches=4, schedule="1f1b")
     q.model_spec = p.model_spec
     runs = {}
     for name, pl in (("gpipe", p), ("1f1b", with_method(q, "dp"))):
@@ -180,7 +179,7 @@ def test_gpipe_1f1b_and_inference_runs_equal_the_unsplit_model(skippy, tmp_path,
     assert runs["gpipe"]["activation_peak_bytes"][0] > runs["1f1b"]["activation_peak_bytes"][0] > 0
 
     inference = plan(model, (x,), k=2, microbatches=2, schedule="gpipe", training=False,
-                     model_spec="plan_models:skippy", repeats=1, time_limit=5)
+                     model_spec="plan_models:skippy", repeats=1)
     run = launch(inference.write(tmp_path / "inference")["plan"], steps=1, warmup=0, check=True, timeout=400)
     assert run["check"]["outputs_allclose"] and run["loss"] is None
     assert run["stage_backward_cpu_ms"] == [0.0, 0.0]

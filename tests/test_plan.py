@@ -197,7 +197,7 @@ def test_two_torchrun_nodes_on_loopback_equal_the_unsplit_model(tmp_path, on_pat
     """k = 4 stages as two torchrun nodes of two processes: a skip connection across stages
     and a weight tied between the first and last stage (its gradients summed)."""
     model, x = plan_models.unequal(batch=8)
-    p = plan(model, x, k=4, microbatches=4, model_spec="plan_models:unequal", repeats=2, time_limit=5)
+    p = plan(model, x, k=4, microbatches=4, model_spec="plan_models:unequal", repeats=2)
     assert p.num_stages == 4 and len(p.tied[0]["stages"]) == 2
     paths = p.write(tmp_path)
     assert "SplitPoint.BEGINNING" in paths["script"].read_text()

@@ -122,8 +122,7 @@ def test_a_recomputed_stage_runs_with_the_same_gradients_and_fewer_saved_bytes(t
     drops, rank 1's does not change, and the measured peaks (the recomputed activations of one
     backward counted apart) are the forecast's within 25 %."""
     model, x = plan_models.unequal(batch=8)
-    p = plan(model, x, k=2, microbatches=4, schedule=schedule, model_spec="plan_models:unequal", repeats=2,
-             time_limit=5)
+    p = plan(model, x, k=2, microbatches=4, schedule=schedule, model_spec="plan_models:unequal", repeats=2)
     assert p.num_stages == 2 and p.recompute is None
     q = dataclasses.replace(p, recompute=[True, False])
     base = launch(p.write(tmp_path / "plain")["plan"], steps=1, warmup=0, check=True, timeout=400)

@@ -126,8 +126,7 @@ def test_multi_stage_schedules_run_and_equal_the_unsplit_model(tmp_path, on_path
     rank under the V schedules): outputs and gradients equal the unsplit model's, and the
     measured peak memory per rank is the forecast's within 25 %."""
     model, x = plan_models.unequal(batch=8)
-    p = plan(model, x, k=2, microbatches=4, schedule=schedule, model_spec="plan_models:unequal", repeats=2,
-             time_limit=5)
+    p = plan(model, x, k=2, microbatches=4, schedule=schedule, model_spec="plan_models:unequal", repeats=2)
     run = launch(p.write(tmp_path)["plan"], steps=1, warmup=0, check=True, timeout=400)
     assert run["ranks"] == 2 and run["stages"] == 4
     assert run["check"]["outputs_allclose"] and run["check"]["grads_allclose"], run["check"]

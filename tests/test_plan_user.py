@@ -65,7 +65,7 @@ def boxes(batch: int = 8, seed: int = 0):
 def test_a_file_in_the_current_folder_that_imports_torchvision_is_planned(user_folder, capsys):
     (user_folder / "mynet.py").write_text(MYNET)
     code, out, err = _cli(capsys, "plan", "mynet:resnet18", "-k", 2, "--inference", "--repeats", 1,
-                          "--time-limit", 5, "--out", "build/plan")
+                          "--out", "build/plan")
     assert code == 0, err
     plan = json.loads((user_folder / "build/plan/plan.json").read_text())
     assert plan["model"] == "mynet:resnet18" and plan["capture"] == "torch.export" and plan["stages"] == 2
@@ -99,7 +99,7 @@ def test_a_timm_model_is_captured_and_planned():
     from devplace_lite.zoo import load
 
     model, x = load("devplace_lite.zoo.external:efficientnet_b0", batch=2)
-    p = plan(model, x, k=2, microbatches=2, training=False, repeats=1, warmup=0, time_limit=5)
+    p = plan(model, x, k=2, microbatches=2, training=False, repeats=1, warmup=0)
     assert p.capture_how == "torch.export" and p.num_stages == 2 and p.result.status == "optimal"
 
 
@@ -155,7 +155,7 @@ def test_hugging_face_models_whose_eval_output_carries_a_cache_are_planned_unedi
     model, x = load(f"hf_user:{name}", batch=2)
     with torch.no_grad():  # the model as given returns its key-value cache: what export refused
         assert type(model(*x).past_key_values).__name__ == cache
-    p = plan(model, x, k=2, microbatches=2, repeats=1, warmup=0, time_limit=5)
+    p = plan(model, x, k=2, microbatches=2, repeats=1, warmup=0)
     assert p.capture_how == "torch.export" and p.num_stages == 2 and p.result.status == "optimal"
     assert p.notes[0].startswith("use_cache turned off in the config of ")
     assert p.tied  # the LM head shares the token embedding's weight
@@ -168,7 +168,7 @@ def test_an_unedited_encoder_decoder_runs_under_torchrun_equal_to_the_unsplit_mo
     import hf_user.py from the current folder, train on the logits, and match the model."""
     (user_folder / "hf_user.py").write_text(HF_USER)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # torchrun's ranks import this checkout's library
-    code, out, err = _cli(capsys, "plan", "hf_user:t5", "-k", 2, "--repeats", 1, "--time-limit", 5, "--out", "p",
+    code, out, err = _cli(capsys, "plan", "hf_user:t5", "-k", 2, "--repeats", 1, "--out", "p",
                           "--run", "--check", "--steps", 1, "--json")
     assert code == 0, err
     check = json.loads(out)["run"]["check"]
@@ -231,7 +231,7 @@ def test_the_generated_script_prints_step_time_loss_and_where_the_json_went(user
 
     (user_folder / "ownbatch.py").write_text(OWN_BATCH)
     model, x = load("ownbatch:build")
-    p = plan(model, x, k=1, microbatches=2, repeats=1, warmup=0, time_limit=5, model_spec="ownbatch:build")
+    p = plan(model, x, k=1, microbatches=2, repeats=1, warmup=0, model_spec="ownbatch:build")
     paths = p.write("plan")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     (cmd,) = torchrun_commands(paths["script"], 1, extra=["--steps", "2"])  # torchrun on a free loopback port
@@ -250,7 +250,7 @@ def test_plan_of_the_book_s_hugging_face_model_prints_no_warning(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default", "OMP_NUM_THREADS": "1"}
     code = "import sys; from devplace_lite.cli import main; sys.exit(main())"
     run = subprocess.run([sys.executable, "-c", code, "plan", "devplace_lite.zoo.external:gpt2", "-k", "2",
-                          "--inference", "--repeats", "1", "--time-limit", "5", "--out", str(tmp_path / "p")],
+                          "--inference", "--repeats", "1", "--out", str(tmp_path / "p")],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr == "", run.stderr[-2000:]

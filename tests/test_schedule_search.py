@@ -156,3 +156,44 @@ def test_recomputation_past_the_choice_cap_states_its_bound(monkeypatch):
     assert local.bound_ms <= local.step_ms * (1 + 1e-12)
     with pytest.raises(UsageError, match="unknown recompute"):
         search(c, "1f1b", 2, 4, recompute="always")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_a_search_out_of_time_keeps_a_fitting_incumbent_and_a_true_bound(data):
+    """A time limit of 0 s stops the search after its first fitting replay, never before: the
+    answer fits the cap, its step is its split's replay, and its bound is below the least step
+    of every fitting split (the exhaustive replay) while the step is above it."""
+    schedule = data.draw(st.sampled_from(sorted(SCHEDULES)))
+    v = stages_per_rank(schedule)
+    ranks = data.draw(st.integers(1, 3))
+    c = _instance(data, n_lo=ranks * v, n_hi=ranks * v + 3)
+    m = data.draw(st.sampled_from([ranks, 2 * ranks, 3 * ranks]))
+    training = data.draw(st.booleans())
+    try:
+        every = list(_all_splits(c, schedule, ranks, m, training))
+    except UsageError:
+        return  # a count torch refuses
+    cap = data.draw(st.sampled_from(sorted({max(s.rank_peak_bytes) for *_, s in every})))
+    least = min(s.step_ms for *_, s in every if max(s.rank_peak_bytes) <= cap)
+    r = search(c, schedule, ranks, m, training=training, memory=cap, time_limit=0)
+    assert r.stage_of is not None and max(r.simulation.rank_peak_bytes) <= cap
+    cuts = [i for i in range(1, c.n) if r.stage_of[i] != r.stage_of[i - 1]]
+    assert evaluate(c, cuts, schedule, r.ranks, m, training=training).step_ms == pytest.approx(r.step_ms, rel=1e-12)
+    assert r.bound_ms <= least * (1 + 1e-9) and least <= r.step_ms * (1 + 1e-9)
+    assert r.status in ("time_limit", "optimal")
+    assert (r.status == "optimal") == (r.step_ms <= r.bound_ms * (1 + 1e-12))
+
+
+def test_a_limit_that_runs_out_while_bounding_the_splits_falls_back_to_local_search():
+    """9,139 splits: bounding them is timed too, and a limit of 0 s ends it after the first
+    4,096; the local search from the start split keeps that split's step and a true bound."""
+    c = SegmentCosts([1.0 + (i % 3) for i in range(40)], [2.0 + (i % 5) for i in range(40)])
+    full = search(c, "1f1b", 4, 8)
+    assert full.status == "optimal" and full.method.startswith("enumeration")
+    for start in (None, full.stage_of):
+        cut = search(c, "1f1b", 4, 8, time_limit=0, start=start)
+        assert cut.method.startswith("local search") and any("while bounding" in n for n in cut.notes)
+        assert cut.status in ("time_limit", "feasible", "optimal") and cut.bound_ms <= full.step_ms * (1 + 1e-9)
+        assert full.step_ms <= cut.step_ms * (1 + 1e-9)
+    assert cut.step_ms == pytest.approx(full.step_ms, rel=1e-12)  # started from the optimum, it keeps it

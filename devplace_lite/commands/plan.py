@@ -35,6 +35,16 @@ chosen with the split, exactly (the least forecast step over splits and flags th
 recompute (``recompute`` and ``stage_memory[s].recompute`` in plan.json, and a note);
 ``--recompute never`` keeps every activation.
 
+``--time-limit S`` is the whole command's wall time from its start (loading and capturing the
+model included): the measurement's repeats stop early when the limit needs it (each segment is
+timed once at least; the notes say so), the split, the schedule search and the bound share what
+is left, and with ``--schedule auto`` the choices share it, the plain command's (1F1B) first.
+A step cut short keeps its incumbent and bound: the answer's ``status`` is then ``time_limit``,
+``stopped`` names those steps and ``auto_choice`` says which choices were not tried (the choice
+is then not proven). A capture cannot be cut: a limit shorter than it ends right after it, with
+the first choice planned. ``--run`` and ``--calibrate`` runs come after the limit, each within
+``--timeout``.
+
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast; ``--check``
 compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
@@ -138,7 +148,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--granularity", choices=["block", "layer"], default="block",
                         help="candidate split points: blocks of containers (default) or every module called once")
     parser.add_argument("--method", default="auto", help="auto (exact DP when it fits) or a partition method name")
-    parser.add_argument("--time-limit", type=options.SECONDS, default=10.0, help="seconds for the method and the bound, > 0 (default 10)")
+    parser.add_argument("--time-limit", type=options.SECONDS, metavar="S",
+                        help="wall seconds for the whole command, > 0: loading, capture, measurement (its repeats stop "
+                             "early, each segment timed once at least), split, schedule search, bound and the files "
+                             "(with --schedule auto the choices share it); a step it cuts short keeps its incumbent "
+                             "and the answer says status time_limit and what was not tried. --run and --calibrate "
+                             "runs come after it, each within --timeout. Default: none (each step stops at its own "
+                             "10 s)")
     parser.add_argument("--repeats", type=options.POSITIVE, default=5, help="timed runs per segment, >= 1 (default 5)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the model's weights and inputs")
     parser.add_argument("--out", dest="folder", default="devplace-plan", help="folder for plan.json, graph.json, run_pipeline.py")
@@ -228,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     common = dict(k=args.accelerators, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
                   method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
                   repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec,
-                  recompute=args.recompute)
+                  recompute=args.recompute, started=getattr(args, "started", None))
     tried = None
     if args.schedule == "auto":
         p, tried = plan_auto(model, inputs, microbatches=None if auto_m else args.microbatches, **common)
@@ -257,7 +273,11 @@ def run(args: argparse.Namespace) -> int:
 def _print(a: dict[str, Any]) -> None:
     gap = "unknown" if a["gap"] is None else f"{100 * a['gap']:.1f} %"
     print(f"{a['model']}: {a['segments']} segments ({a['capture']}), {a['stages']} stage(s) of k={a['k']} by "
-          f"{a['method']} ({a['status']}), {a['schedule']} with {a['microbatches']} micro-batches of {a['microbatch']}")
+          f"{a['method']} ({a['method_status']}), {a['schedule']} with {a['microbatches']} micro-batches of "
+          f"{a['microbatch']}")
+    if a["stopped"]:
+        print(f"  time limit {a['time_limit']:g} s: cut short {', '.join(a['stopped'])} (status time_limit: the "
+              "incumbent and its bound)")
     for note in a["notes"]:
         print(f"  note: {note}")
     print(f"least bottleneck {a['objective_ms']:.3f} ms per micro-batch, proven bound {a['bound_ms']:.3f} ms, gap {gap}")

@@ -582,6 +582,8 @@ class SegmentTimes:
     #: whole-model times (ms).
     boundary_scale: dict[str, float] | None = None
     whole_ms: dict[str, float] | None = None
+    #: Segments that the deadline gave fewer than ``repeats`` timed runs (each got one at least).
+    cut_short: int = 0
 
 
 def _bytes(v: Any) -> int:
@@ -771,7 +773,8 @@ def _round_estimate(rounds: Sequence[Sequence[float]]) -> list[float]:
 
 
 def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
-                     threads: int = 1, device: str = "cpu", spec: str | None = None) -> SegmentTimes:
+                     threads: int = 1, device: str = "cpu", spec: str | None = None,
+                     deadline: float | None = None) -> SegmentTimes:
     """Time every segment of ``cap`` on its example micro-batch (see the module docstring).
 
     The repeats go round the segments (every segment once, then again), and each segment's
@@ -780,6 +783,10 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     boundaries (outputs made contiguous, tuples packed and unpacked, one module call each) cost
     time that a stage holding several segments does not pay, so each kind's times are scaled
     by whole / sum of the segments (at most 1), recorded in ``boundary_scale``.
+
+    ``deadline`` (a `time.monotonic` instant): past it no round starts once one timed round is
+    in (the warm-ups are skipped if it has already passed); ``cut_short`` then counts every
+    segment, since each got fewer than ``repeats`` timed runs.
 
     ``device="cuda"`` moves the segments to the current GPU and times them with CUDA events
     (the one-GPU measurement of a k-GPU pipeline). ``spec`` (``"V100"``, ``"A100"``,
@@ -833,6 +840,11 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                 whole = (wm, list(wargs), _grads(wsrc))
         rounds: list[list[tuple]] = []  # per timed round: (F, I, B) of each segment, then of the whole model
         for r in range(warmup + repeats):
+            late = deadline is not None and time.monotonic() > deadline
+            if late and rounds:
+                break
+            if late and r < warmup:
+                continue
             got = [_timed_pass(m, args, grad, training, clock)[:3]
                    for m, args, grad in calls + ([whole] if whole is not None else [])]
             if r >= warmup:
@@ -852,7 +864,8 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
                         input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_,
                         output_bytes=outb, spec=None if spec is None else str(spec).upper(),
-                        boundary_scale=scale, whole_ms=whole_ms)
+                        boundary_scale=scale, whole_ms=whole_ms,
+                        cut_short=n if len(rounds) < repeats else 0)
 
 
 def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = None,

@@ -88,6 +88,13 @@ DP_IDEALS = 200_000
 #: Below this many ideals the DP runs without a time limit: it takes milliseconds, and a limit
 #: would count the one-off compilation of its kernel on a busy machine.
 DP_UNTIMED = 10_000
+#: Seconds each step (partition, schedule search, certificate) gets when the call has no time limit.
+STEP_SECONDS = 10.0
+#: With a time limit: the share of what is left that the measurement's repeats may use (the
+#: capture before them cannot be cut), and the partitioning method's share of what is left then;
+#: the certificate keeps `devplace_lite.solve.BOUND_SHARE` of what the search may use.
+PROFILE_SHARE = 0.5
+PARTITION_SHARE = 1 / 3
 
 
 # -- the library's front door (`devplace_lite.solve`): the one place this package calls it ----------
@@ -98,9 +105,17 @@ def partition(graph: Graph, cluster: Cluster, method: str, *, time_limit: float 
 
 
 def certify(graph: Graph, cluster: Cluster, *, time_limit: float, upper: float | None = None):
-    """The best proven lower bound on a chain-of-ideals split of ``graph``: the certificate of
-    the ``chain`` family (`devplace_lite.solve.certificate`)."""
-    return solve.certificate(graph, cluster, "chain", time_limit=time_limit, upper=upper)
+    """The best proven lower bound on a chain-of-ideals split of ``graph`` within ``time_limit``
+    seconds: the certificate of the ``chain`` family (`devplace_lite.solve.certificate_within`);
+    stopped before it proved anything, the node bound (every placement runs its slowest node)."""
+    from ..throughput.bounds.combinatorial import node_bound
+
+    b, stopped = solve.certificate_within(graph, cluster, "chain", time_limit, upper=upper)
+    if b is None:
+        b = node_bound(graph, cluster)
+    if stopped:
+        b.extra["stopped"] = stopped
+    return b
 
 
 def choose_method(graph: Graph) -> tuple[str, str, int | None]:
@@ -226,6 +241,13 @@ class PipelinePlan:
     recompute: list[bool] | None = None
     #: What the search was allowed: ``"auto"`` (recompute where the memory cap needs it) or ``"never"``.
     recompute_mode: str = "auto"
+    #: Wall seconds of the whole call that made the plan (None: no limit).
+    time_limit: float | None = None
+    #: The steps the time limit cut short (``partition``, ``schedule search``, ``schedule auto``).
+    stopped: list[str] = field(default_factory=list)
+    #: ``--schedule auto``: how far the choice among schedules and micro-batch counts is proven
+    #: (`plan_auto`); None for one schedule.
+    auto: dict[str, Any] | None = None
 
     # -- structure
     @property
@@ -356,6 +378,12 @@ class PipelinePlan:
         return out
 
     @property
+    def status(self) -> str:
+        """``time_limit`` when the time limit cut a step short (the plan is the incumbent, not
+        proven), else the partitioning method's status (certified by ``bound``)."""
+        return "time_limit" if self.stopped else self.result.status
+
+    @property
     def gap(self) -> float | None:
         obj, lb = self.result.objective, self.bound.bound
         if obj is None or not math.isfinite(lb):
@@ -383,12 +411,14 @@ class PipelinePlan:
             "microbatch": self.batch // self.microbatches, "schedule": self.schedule, "optimizer": self.optimizer,
             "k": self.k or self.cluster.accelerators, "stages": self.num_stages, "split_spec": self.split_spec,
             "split_points": self.split_points, "stage_segments": self.stage_segments, "method": self.method,
-            "method_reason": self.method_reason, "status": self.result.status, "objective_ms": self.result.objective,
+            "method_reason": self.method_reason, "status": self.status, "method_status": self.result.status,
+            "objective_ms": self.result.objective,
             "bound_ms": self.bound.bound, "bound_method": self.bound.method, "bound_status": self.bound.status,
             "gap": self.gap, "forecast": self.forecast(),
             "torch_schedule": _SCHEDULES[self.schedule].torch_class, "ranks": self.ranks,
             "stages_per_rank": self.per_rank, "stage_to_rank": self.stage_ranks,
             "schedule_search": None if self.search is None else self.search.to_json(),
+            "time_limit": self.time_limit, "stopped": self.stopped, "auto_choice": self.auto,
             "recompute": self.recompute_flags, "memory_cap": self.memory, "stage_memory": self.stage_memory(),
             "tied": self.tied,
             "seed": self.seed, "seconds": self.seconds, "torch": self.graph.meta.get("torch"),
@@ -420,10 +450,23 @@ def _capped(graph: Graph, schedule: str, microbatches: int, k: int, optimizer: s
     return graph.with_nodes(nodes)
 
 
+def _check_time_limit(time_limit: float | None) -> None:
+    if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
+        raise UsageError(f"time limit must be a positive number of seconds, got {time_limit}")
+
+
+def _refusal(proven: bool, message: str) -> GraphError:
+    """No plan: a GraphError that says whether it is proven (``proven``: every split was
+    replayed) or only that no split tried fits (`plan_auto` then cannot prove its choice)."""
+    err = GraphError(message)
+    err.proven = proven
+    return err
+
+
 def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "1f1b", batch: int | None = None,
                memory: float | None = None, optimizer: str = "none", method: str = "auto",
-               time_limit: float = 10.0, seed: int = 0, per_rank: int | None = None,
-               recompute: str = "auto") -> PipelinePlan:
+               time_limit: float | None = None, seed: int = 0, per_rank: int | None = None,
+               recompute: str = "auto", started: float | None = None) -> PipelinePlan:
     """Plan from a measured segment graph (`devplace_lite.pipeline.capture.segment_graph`).
 
     Two searches: the partitioning method's least bottleneck (``result``, certified by
@@ -433,6 +476,14 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     plan's split. ``per_rank``: stages per rank for the schedules that take several.
     ``recompute``: ``"auto"`` lets a split over ``memory`` recompute activations on the stages
     that need it (chosen with the split, exactly), ``"never"`` does not.
+
+    ``time_limit``: wall seconds for the whole call from ``started`` (a `time.monotonic` value;
+    default now), kept as `devplace_lite.solve.Budget` keeps them: the partitioning method gets
+    `PARTITION_SHARE` of what is left (the DP on few ideals runs untimed: milliseconds), the split
+    search what is left then less the certificate's `devplace_lite.solve.BOUND_SHARE`, the
+    certificate the rest. A step it cuts short keeps its incumbent and bound and is named in
+    ``stopped`` (the plan's status is then ``time_limit``). None: each step gets
+    `STEP_SECONDS`.
     """
     from ..schedules.search import RECOMPUTE
 
@@ -445,6 +496,8 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
         raise UsageError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
     if memory is not None and not (math.isfinite(memory) and memory > 0):
         raise UsageError(f"memory must be a positive finite number of bytes, got {memory}")
+    _check_time_limit(time_limit)
+    budget = solve.Budget(time_limit, time.monotonic() if started is None else started)
     t0 = time.perf_counter()
     stages = k * v
     chain = chain_graph(graph)
@@ -454,7 +507,10 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     if method == "auto":
         method, why, ideals = choose_method(dp_chain)
     small = method == "dp" and ideals is not None and ideals <= DP_UNTIMED
-    res = partition(dp_chain, cluster, method, time_limit=None if small else time_limit, seed=seed)
+    left = budget.left()
+    res = partition(dp_chain, cluster, method, seed=seed,
+                    time_limit=None if small else STEP_SECONDS if left is None else PARTITION_SHARE * left)
+    stopped = ["partition"] if res.status == "time_limit" else []
     names = graph.meta["segments"]["names"]
     start = None
     if res.assignment is not None and res.status != "infeasible":
@@ -465,19 +521,25 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
         raise GraphError(f"method {method} found no split")
     t1 = time.perf_counter()
     costs = segment_costs(graph, optimizer, microbatches)
-    found = search(costs, schedule, k, microbatches, per_rank=v, training=graph.is_training,
-                   memory=memory, start=start, time_limit=time_limit, recompute=recompute)
+    left = budget.left()
+    found = search(costs, schedule, k, microbatches, per_rank=v, training=graph.is_training, memory=memory,
+                   start=start, recompute=recompute,
+                   time_limit=STEP_SECONDS if left is None else max(left * (1 - solve.BOUND_SHARE), solve.MIN_SLICE))
+    if found.status == "time_limit":
+        stopped.append("schedule search")
     if found.stage_of is None:
         proof = "every split replayed" if found.status == "infeasible" else "no split tried fits"
         rc = graph.is_training and recompute == "auto"
-        raise GraphError(f"no split of {graph.meta.get('model', graph.name)} into {stages if v > 1 else f'at most {k}'} "
-                         f"stages fits {memory:.0f} bytes per device under {schedule}, "
-                         f"{'without or with activation recomputation' if rc else 'without activation recomputation'} "
-                         f"({proof}: parameters, gradients, optimizer state and in-flight activations); way out: more "
-                         "stages (-k), fewer or smaller micro-batches, or a schedule with fewer micro-batches in "
-                         f"flight (1f1b){'' if rc or not graph.is_training else ', or --recompute auto'}")
+        raise _refusal(found.status == "infeasible",
+                       f"no split of {graph.meta.get('model', graph.name)} into {stages if v > 1 else f'at most {k}'} "
+                       f"stages fits {memory:.0f} bytes per device under {schedule}, "
+                       f"{'without or with activation recomputation' if rc else 'without activation recomputation'} "
+                       f"({proof}: parameters, gradients, optimizer state and in-flight activations); way out: more "
+                       "stages (-k), fewer or smaller micro-batches, or a schedule with fewer micro-batches in "
+                       f"flight (1f1b){'' if rc or not graph.is_training else ', or --recompute auto'}")
     t2 = time.perf_counter()
-    bound = certify(graph, Cluster(accelerators=stages, cpus=0), time_limit=max(time_limit, 0.1),
+    left = budget.left()
+    bound = certify(graph, Cluster(accelerators=stages, cpus=0), time_limit=STEP_SECONDS if left is None else left,
                     upper=res.objective if start is not None else None)
     plan = PipelinePlan(graph=graph, chain=chain, cluster=cluster, result=res, bound=bound, stage_of=found.stage_of,
                         schedule=schedule, microbatches=microbatches, batch=batch or microbatches * graph.meta["batch"],
@@ -486,7 +548,8 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
                         seed=seed, seconds={"partition": t1 - t0, "schedule_search": t2 - t1,
                                             "bound": time.perf_counter() - t2},
                         per_rank=v, search=found, k=k,
-                        recompute=found.recompute if any(found.recompute or ()) else None, recompute_mode=recompute)
+                        recompute=found.recompute if any(found.recompute or ()) else None, recompute_mode=recompute,
+                        time_limit=time_limit, stopped=stopped)
     if plan.recompute:
         plan.notes.append(f"fits {memory:.0f} bytes per device only with activation recomputation on stage(s) "
                           f"{[s for s, x in enumerate(plan.recompute) if x]}: their backwards run their forward again "
@@ -499,9 +562,9 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
 
 def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int = 4, schedule: str = "1f1b",
          training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
-         granularity: str = "block", time_limit: float = 10.0, seed: int = 0, repeats: int = 5, warmup: int = 1,
-         model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None,
-         spec: str | None = None, recompute: str = "auto") -> PipelinePlan:
+         granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
+         warmup: int = 1, model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None,
+         spec: str | None = None, recompute: str = "auto", started: float | None = None) -> PipelinePlan:
     """Profile ``model`` on one micro-batch of ``example_inputs`` (the whole batch, cut into
     ``microbatches`` along dim 0) and plan its pipeline over at most ``k`` stages.
 
@@ -532,6 +595,11 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         Time the segments by that accelerator's roofline instead (FLOPs and bytes of every
         kernel, `devplace_lite.pipeline.capture.measure_segments`), transfers over its host link:
         a deterministic plan for GPUs made anywhere.
+    time_limit : float, optional
+        Wall seconds for the whole call from ``started`` (a `time.monotonic` value, default
+        now): the capture, then the measurement's repeats within `PROFILE_SHARE` of what is left
+        (each segment timed once at least; the notes say when they were cut), then `plan_graph`'s
+        steps in what is left. None: no limit (each step gets `STEP_SECONDS`).
 
     Returns
     -------
@@ -551,8 +619,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
                              ("warmup", warmup, 0)):
         if int(value) != value or value < low:
             raise UsageError(f"{name} must be an integer >= {low}, got {value}")
-    if not (math.isfinite(time_limit) and time_limit > 0):
-        raise UsageError(f"time limit must be a positive number of seconds, got {time_limit}")
+    _check_time_limit(time_limit)
+    started = time.monotonic() if started is None else started
     if schedule not in SCHEDULES:
         raise UsageError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
     if stages_per_rank(schedule, per_rank) > 1:  # torch's own refusal, before the model is profiled
@@ -565,21 +633,25 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
                          f"micro-batch count (--microbatches) that divides {batch}, or a batch (--batch) that is a "
                          f"multiple of {microbatches}")
     graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
-                                          model_spec, device, spec)
+                                          model_spec, device, spec, budget=solve.Budget(time_limit, started))
     p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,
                    optimizer=optimizer, method=method, time_limit=time_limit, seed=seed, per_rank=per_rank,
-                   recompute=recompute)
+                   recompute=recompute, started=started)
     p.model_spec, p.capture = model_spec, cap
-    p.seconds = {**seconds, **p.seconds}
+    p.seconds = {**seconds, **p.seconds, "total": time.monotonic() - started}
     return p
 
 
 def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool = True, granularity: str = "block",
                     repeats: int = 5, warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
-                    spec: str | None = None) -> tuple[Graph, Any, dict[str, float]]:
+                    spec: str | None = None, budget: solve.Budget | None = None,
+                    share: float = PROFILE_SHARE) -> tuple[Graph, Any, dict[str, float]]:
     """Capture and measure ``model`` on one micro-batch of ``inputs`` (the batch cut into
     ``microbatches``): ``(segment graph, Capture, seconds per step)``, what `plan` plans from and
-    `plan_graph` takes, for planning one profile several ways (schedules, micro-batches)."""
+    `plan_graph` takes, for planning one profile several ways (schedules, micro-batches).
+    ``budget`` (`devplace_lite.solve.Budget`) with a limit: the measurement's repeats stop at
+    ``share`` of what the capture left (each segment timed once at least), said in the graph's
+    notes."""
     from .capture import capture as capture_model
     from .capture import measure_segments, segment_graph
 
@@ -588,73 +660,166 @@ def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool
     t0 = time.perf_counter()
     cap = capture_model(model, micro, granularity)
     t1 = time.perf_counter()
-    times = measure_segments(cap, training=training, repeats=repeats, warmup=warmup, device=device, spec=spec)
+    left = None if budget is None else budget.left()
+    deadline = None if left is None else time.monotonic() + (0.0 if budget.spent() else share * left)
+    times = measure_segments(cap, training=training, repeats=repeats, warmup=warmup, device=device, spec=spec,
+                             deadline=deadline)
     graph = segment_graph(cap, times, name=model_spec or type(model).__name__)
+    if times.cut_short:
+        graph.meta.setdefault("notes", []).append(
+            f"the time limit cut the measurement short: {times.cut_short} of {len(times.forward_ms)} segment(s) "
+            f"timed fewer than {repeats} times (once at least; the least time is kept)")
     return graph, cap, {"capture": t1 - t0, "measure": time.perf_counter() - t1}
 
 
 #: ``--microbatches auto`` tries the divisors of the batch up to this many micro-batches.
 AUTO_MICROBATCHES = 16
+#: ``--schedule auto`` tries first what a plain ``devplace plan`` plans (1F1B with the most
+#: micro-batches up to `FIRST_MICROBATCHES` that divide the batch, `commands.plan.MICROBATCHES`),
+#: so that under a short time limit the incumbent is at least that plan.
+FIRST_SCHEDULE = "1f1b"
+FIRST_MICROBATCHES = 4
 
 
 def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int | None = None,
               training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
-              granularity: str = "block", time_limit: float = 10.0, seed: int = 0, repeats: int = 5,
+              granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
               warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
-              spec: str | None = None, recompute: str = "auto") -> tuple[PipelinePlan, list[dict]]:
+              spec: str | None = None, recompute: str = "auto",
+              started: float | None = None) -> tuple[PipelinePlan, list[dict]]:
     """``--schedule auto``: every schedule of `SCHEDULES` (at its default stages per rank) and
     every micro-batch count (``microbatches``, or each divisor of the batch up to
     `AUTO_MICROBATCHES`, each measured at its own micro-batch size), planned, each with its
     per-stage activation recomputation where ``memory`` needs it (``recompute="auto"``,
     `plan_graph`); the plan with the least forecast step within ``memory`` is kept: the least
-    over schedules, micro-batch counts, splits and recomputation flags. Returns it and one
-    record per try (its forecast step and recomputing stages, or why it was refused).
+    over schedules, micro-batch counts, splits and recomputation flags (equal steps: the earlier
+    count, then the earlier schedule of `SCHEDULES`).
+
+    ``time_limit``: wall seconds for the whole call from ``started`` (a `time.monotonic` value,
+    default now), shared by the choices. The plain command's choice goes first (`FIRST_SCHEDULE`
+    at `FIRST_MICROBATCHES` or fewer), then the others; each is planned with an equal share of
+    what is left among the choices still waiting, and a new micro-batch count is profiled only
+    while what is left covers the last profile (a capture cannot be cut). When the time runs out
+    the best plan so far is the answer (choices are planned past it until one gives a plan), the
+    choices not tried are listed, and the choice is not proven: ``auto["status"]`` and the plan's
+    status are ``time_limit``. None: every choice, each step with `STEP_SECONDS`.
+
+    Returns
+    -------
+    (PipelinePlan, list of dict)
+        The plan, whose ``auto`` says how far the choice is proven (``status``; ``bound_ms``, a
+        proven lower bound on the least forecast step over every choice when every choice has
+        one; ``bound_tried_ms``, the same over the choices tried; ``not_tried``), and one record
+        per choice in `SCHEDULES` order within each count: its forecast step, its search's status
+        and bound and its recomputing stages, why it was refused, or that it was not tried.
 
     Raises
     ------
     GraphError
         No schedule and micro-batch count gives a plan (within ``memory``).
     """
+    _check_time_limit(time_limit)
+    started = time.monotonic() if started is None else started
+    budget = solve.Budget(time_limit, started)
     inputs = tuple(example_inputs)
     batch = int(inputs[0].shape[0])
     counts = [microbatches] if microbatches else [d for d in range(1, min(batch, AUTO_MICROBATCHES) + 1)
                                                   if batch % d == 0]
+    order = {(m, name): i for i, (m, name) in enumerate((m, name) for m in counts for name in SCHEDULES)}
+    first = max((m for m in counts if m <= FIRST_MICROBATCHES), default=counts[0])
+    counts.sort(key=lambda m: m != first)
+    names = sorted(SCHEDULES, key=lambda name: name != FIRST_SCHEDULE)
     best: PipelinePlan | None = None
     tried: list[dict] = []
-    for m in counts:
+    not_tried: list[tuple[int, str]] = []
+    why: dict[int, str] = {}  # micro-batch count -> why its choices (some or all) were not tried
+    lower: list[float | None] = []  # per choice tried: a proven bound on its step (inf: proven to give no plan)
+    profile_s = 0.0
+    for g, m in enumerate(counts):
+        if best is not None and budget.limit is not None and (budget.spent() or budget.left() < profile_s):
+            not_tried += [(m, name) for name in names]
+            why[m] = ("the time limit ran out first" if budget.spent() else f"{budget.left():.3g} s of the time "
+                      f"limit left, less than the last profile took ({profile_s:.3g} s)")
+            continue
+        t = time.monotonic()
         graph, cap, seconds = segment_profile(model, inputs, m, training, granularity, repeats, warmup, model_spec,
-                                              device, spec)
-        for name in SCHEDULES:
+                                              device, spec, budget=budget, share=PROFILE_SHARE / (len(counts) - g))
+        profile_s = time.monotonic() - t
+        for j, name in enumerate(names):
+            if best is not None and budget.spent():
+                not_tried.append((m, name))
+                why[m] = "the time limit ran out first"
+                continue
+            left = budget.left()
+            waiting = len(names) - j + (len(counts) - g - 1) * len(names)
             try:
                 p = plan_graph(graph, k=k, microbatches=m, schedule=name, batch=batch, memory=memory,
-                               optimizer=optimizer, method=method, time_limit=time_limit, seed=seed,
-                               recompute=recompute)
-            except (UsageError, GraphError) as e:
+                               optimizer=optimizer, method=method, time_limit=None if left is None else left / waiting,
+                               seed=seed, recompute=recompute)
+            except (UsageError, GraphError) as e:  # a UsageError: torch's class cannot take this choice
                 tried.append({"schedule": name, "microbatches": m, "refused": str(e)})
+                lower.append(math.inf if getattr(e, "proven", isinstance(e, UsageError)) else None)
                 continue
             step = p.step_ms()
             tried.append({"schedule": name, "microbatches": m, "step_ms": step,
                           "rank_peak_bytes": max(p.simulation().rank_peak_bytes), "status": p.search.status,
+                          "bound_ms": p.search.bound_ms,
                           "recompute": [s for s, x in enumerate(p.recompute_flags) if x]})
-            if best is None or step < best.step_ms():
+            lower.append(p.search.bound_ms)
+            if best is None or (step, order[(m, name)]) < (best.step_ms(), order[(best.microbatches, best.schedule)]):
                 best, p.model_spec, p.capture, p.seconds = p, model_spec, cap, {**seconds, **p.seconds}
     if best is None:
         raise GraphError(f"--schedule auto: no schedule and micro-batch count gives a plan for k={k}"
                          + (f" within {memory:.0f} bytes per device" if memory is not None else "")
                          + f" ({tried[0]['refused'] if tried else 'nothing tried'})")
+    best.time_limit = time_limit  # the whole call's, not the choice's share
+    best.auto = _auto_choice(best, tried, lower, not_tried, time_limit)
+    if best.auto["status"] == "time_limit":
+        best.stopped.append("schedule auto")
     best.notes.append(f"schedule auto: {best.schedule} with {best.microbatches} micro-batches has the least forecast "
                       f"step of {len(tried)} schedule and micro-batch choices ({sum('refused' in t for t in tried)} "
                       "refused), each with its split and per-stage activation recomputation "
                       + ("(none needed)" if not best.recompute else
                          f"(stages {[s for s, x in enumerate(best.recompute) if x]} recompute)"))
+    if not_tried:
+        missed = {m: [name for name in SCHEDULES if (m, name) in not_tried] for m in sorted({m for m, _ in not_tried})}
+        best.notes.append(f"schedule auto: the time limit of {time_limit:g} s ran out after {len(tried)} of "
+                          f"{len(tried) + len(not_tried)} choices; not tried: "
+                          + "; ".join(f"{m} micro-batch(es): " + ("every schedule" if len(nm) == len(SCHEDULES)
+                                                                 else ", ".join(nm)) for m, nm in missed.items())
+                          + ": the plan is the best of those tried, not proven the best of all")
+    tried += [{"schedule": name, "microbatches": m, "not_tried": why[m]} for m, name in not_tried]
+    tried.sort(key=lambda t: order[(t["microbatches"], t["schedule"])])
+    best.seconds["total"] = time.monotonic() - started
     return best, tried
+
+
+def _auto_choice(best: PipelinePlan, tried: list[dict], lower: list[float | None], not_tried: list[tuple[int, str]],
+                 time_limit: float | None) -> dict[str, Any]:
+    """How far `plan_auto`'s choice is proven: ``optimal`` when every choice was tried and the
+    least of their proven bounds (a refusal proven by replaying every split bounds at infinity)
+    meets the kept step; ``time_limit`` when choices were not tried or a search was cut short;
+    ``feasible`` otherwise."""
+    step = best.step_ms()
+    known = [b for b in lower if b is not None]
+    bound = min(known) if len(known) == len(lower) and not not_tried else None
+    cut = any(t.get("status") == "time_limit" for t in tried)
+    status = ("time_limit" if not_tried or cut else
+              "optimal" if bound is not None and step <= bound * (1 + 1e-12) else "feasible")
+    bound = None if bound is None else min(bound, step)
+    return {"status": status, "step_ms": step, "bound_ms": bound,
+            "bound_tried_ms": min(min(known, default=step), step),
+            "gap": None if bound is None else (0.0 if step <= 0 else max(0.0, (step - bound) / step)),
+            "choices": len(tried) + len(not_tried), "tried": len(tried),
+            "refused": sum("refused" in t for t in tried),
+            "not_tried": [{"schedule": name, "microbatches": m} for m, name in not_tried], "time_limit": time_limit}
 
 
 def with_stages(p: PipelinePlan, stage_of: Sequence[int], method: str) -> PipelinePlan:
     """``p`` with another split (segment -> stage, in order), scored by the same cost model: to
     run the splits practitioners use (`even_split`, a compute-only balance) beside the plan's."""
     q = dataclasses.replace(p, stage_of=list(stage_of), method=method, method_reason=f"given split ({method})",
-                            search=None, recompute=None)
+                            search=None, recompute=None, stopped=[], auto=None)
     q.result = _scored(q, stage_of, method)
     return q
 

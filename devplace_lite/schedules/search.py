@@ -19,10 +19,13 @@ work one after another. The replay is monotone in every time, so dropping the tr
 the bound valid. Splits are enumerated when there are at most `ENUMERATE` of them, sorted by
 that bound, and replayed in that order until the next bound reaches the best step found: the
 incumbent is then optimal, proven by exhaustion. A time or replay budget that runs out first
-leaves the incumbent with the least bound not yet ruled out (status ``feasible``, the gap
-stated). Past `ENUMERATE`, a boundary-moving local search from the given start split runs,
-and the bound is the least per-stage bound over all splits, found by a DP over cut positions
-in ``O(S n^2)`` (`global_bound`), or the rank-work bound ``m W / p``, whichever is larger.
+leaves the incumbent with the least bound not yet ruled out, the gap stated (status
+``time_limit`` when the time ran out, ``feasible`` for the replay budget); the time limit stops
+the search only once it holds an incumbent (a split that fits), the replay budget always. Past
+`ENUMERATE` (or when the time runs out while the splits are bounded), a boundary-moving local
+search from the given start split runs, and the bound is the least per-stage bound over all
+splits, found by a DP over cut positions in ``O(S n^2)`` (`global_bound`), or the rank-work
+bound ``m W / p``, whichever is larger.
 
 Activation recomputation (``recompute="auto"``, with a memory cap): a split that does not fit
 may fit when some stages recompute their activations in the backward (torch.utils.checkpoint;
@@ -332,6 +335,21 @@ def _counts(schedule: str, ranks: int, per_rank: int | None, n: int, microbatche
     return [(ranks, ranks * v)]
 
 
+def _bounded_splits(sp: _Split, counts: Sequence[tuple[int, int]], schedule: str, v: int, n: int, m: int,
+                    until: float) -> list[tuple[float, tuple[int, ...], int]] | None:
+    """Every split as ``(bound, cuts, ranks)`` in bound order, or None when `time.perf_counter`
+    passes ``until`` first (up to `ENUMERATE` bounds take a second or two of CPU)."""
+    cand = []
+    for p, s in counts:
+        maps = stage_to_rank(schedule, p, v)
+        for j, cuts in enumerate(itertools.combinations(range(1, n), s - 1)):
+            if j % 4096 == 4095 and time.perf_counter() > until:
+                return None
+            cand.append((sp.split_bound(cuts, maps, m), cuts, p))
+    cand.sort(key=lambda x: x[0])
+    return cand
+
+
 def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per_rank: int | None = None,
            training: bool = True, memory: float | None = None, start: Sequence[int] | None = None,
            time_limit: float = 10.0, max_replays: int = MAX_REPLAYS, recompute: str = "never") -> SplitSearch:
@@ -351,7 +369,8 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     start : sequence of int, optional
         A segment -> stage list to start from (and to keep when nothing beats it).
     time_limit : float
-        Seconds for the whole search; the incumbent and its bound are returned when it runs out.
+        Seconds for the whole search; the incumbent and its bound are returned when it runs out
+        (status ``time_limit``), once there is one: the first fitting split is always replayed.
     max_replays : int
     recompute : ``"never"`` or ``"auto"``
         ``"auto"``: a split over ``memory`` may recompute activations on some stages (the least
@@ -410,23 +429,26 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     start_cuts = None
     if start is not None and len(start) == n:
         start_cuts = [i for i in range(1, n) if start[i] != start[i - 1]]
-    if total <= ENUMERATE:
-        cand = []
-        for p, s in counts:
-            maps = stage_to_rank(schedule, p, v)
-            for cuts in itertools.combinations(range(1, n), s - 1):
-                cand.append((sp.split_bound(cuts, maps, m), cuts, p))
-        cand.sort(key=lambda x: x[0])
+    cand = _bounded_splits(sp, counts, schedule, v, n, m, t0 + time_limit) if total <= ENUMERATE else None
+    if total <= ENUMERATE and cand is None:
+        notes.append(f"the time limit ran out while bounding the {total} splits: local search instead")
+    if cand is not None:
         bound, status, k = math.inf, "optimal", 0
         for k, (lb, cuts, p) in enumerate(cand):
             if best is not None and lb >= best[0][0] * (1 - 1e-12):
                 bound = best[0][0]
                 break
-            if replays >= max_replays or time.perf_counter() - t0 > time_limit:
-                bound, status = lb, "feasible"
-                notes.append(f"stopped after {replays} replays of {total} splits (budget); bound: the least "
-                             "bound among the splits not replayed")
+            late = time.perf_counter() - t0 > time_limit
+            if best is not None and (replays >= max_replays or late):  # never stopped without an incumbent
+                bound, status = lb, "time_limit" if late else "feasible"
+                notes.append(f"stopped after {replays} replays of {total} splits "
+                             f"({'time limit' if late else 'replay budget'}); bound: the least bound among the "
+                             "splits not replayed")
                 break
+            if replays >= max_replays:  # no split among those the budget replayed fits
+                return SplitSearch(None, ranks, None, lb, "unknown", "enumeration", replays, total,
+                                   time.perf_counter() - t0, [f"no split of the {replays} replayed fits the memory "
+                                                              "(replay budget)"])
             consider(list(cuts), p, lb)
         else:
             if best is None:
@@ -435,7 +457,7 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
                                    time.perf_counter() - t0, [f"no split fits the memory{with_rc} (every split "
                                                               "replayed)"])
             bound = best[0][0]
-        if best is not None and status == "feasible":
+        if best is not None and status != "optimal":
             bound = min(bound, best[0][0])
         bound = min(bound, partial_lb)
         method = f"enumeration of {total} splits in bound order"
@@ -445,8 +467,8 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
         cuts = start_cuts if start_cuts is not None and len(start_cuts) == s - 1 else \
             [round(i * n / s) for i in range(1, s)]
         consider(cuts, p)
-        improved = True
-        while improved and replays < max_replays and time.perf_counter() - t0 <= time_limit:
+        improved, late = True, False
+        while improved and replays < max_replays and not (late := time.perf_counter() - t0 > time_limit):
             improved = False
             cur = best[1] if best is not None else cuts
             for idx in range(len(cur)):
@@ -461,7 +483,7 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
                         improved = True
         bound = max(global_bound(c, [st for _, st in counts], m, training, split_b),
                     m * (sp.pf[-1] + sp.pb[-1]) / max(p for p, _ in counts))
-        status = "feasible"
+        status = "time_limit" if improved and late else "feasible"
         if best is None:
             return SplitSearch(None, ranks, None, bound, "unknown", method, replays, total,
                                time.perf_counter() - t0, ["no split tried fits the memory"])
