@@ -70,13 +70,13 @@ A. A. Farley, "A note on bounding a class of linear programming problems", 1990)
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..dag import topological_order
 from ..devices import Cluster
 from ..errors import LimitError
 from ..graph import Graph
@@ -144,27 +144,14 @@ def _topological_orders(U: int, arcs: list[tuple[int, int]], seed: int, count: i
     breaks); none when the arcs hold a cycle (then no interval is known to be convex)."""
     rng = np.random.default_rng(seed)
     succ: list[list[int]] = [[] for _ in range(U)]
-    indeg = np.zeros(U, dtype=np.int64)
     for a, b in arcs:
         succ[a].append(b)
-        indeg[b] += 1
     out = []
     for i in range(count):
-        key = np.arange(U, dtype=float) if i == 0 else rng.random(U)
-        deg = indeg.copy()
-        ready = [(key[u], u) for u in range(U) if deg[u] == 0]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            _, u = heapq.heappop(ready)
-            order.append(u)
-            for w in succ[u]:
-                deg[w] -= 1
-                if deg[w] == 0:
-                    heapq.heappush(ready, (key[w], w))
+        order = topological_order(succ, np.arange(U, dtype=float) if i == 0 else rng.random(U))
         if len(order) < U:
             return []
-        out.append(np.array(order, dtype=np.int64))
+        out.append(order)
     return out
 
 
