@@ -37,9 +37,9 @@ def _all_splits(c, schedule, ranks, m, training=True):
             yield list(cuts), p, evaluate(c, list(cuts), schedule, p, m, training=training)
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.data())
-def test_search_is_exhaustively_optimal_and_bounds_hold(data):
+def _every_split(data):
+    """A random schedule, rank count, instance, micro-batch count and mode, with every split's
+    replay (`_all_splits`); ``None`` where torch refuses the micro-batch count."""
     schedule = data.draw(st.sampled_from(sorted(SCHEDULES)))
     v = stages_per_rank(schedule)
     ranks = data.draw(st.integers(1, 3))
@@ -47,9 +47,18 @@ def test_search_is_exhaustively_optimal_and_bounds_hold(data):
     m = data.draw(st.sampled_from([ranks, 2 * ranks, 3 * ranks]))
     training = data.draw(st.booleans())
     try:
-        every = list(_all_splits(c, schedule, ranks, m, training))
+        return schedule, ranks, c, m, training, list(_all_splits(c, schedule, ranks, m, training))
     except UsageError:
+        return None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_search_is_exhaustively_optimal_and_bounds_hold(data):
+    case = _every_split(data)
+    if case is None:
         return  # a count torch refuses
+    schedule, ranks, c, m, training, every = case
     sp = _Split(c, training, SCHEDULES[schedule].split_backward)
     for cuts, p, sim in every:  # every per-split bound is below that split's replay
         assert sp.split_bound(cuts, stage_to_rank(schedule, p), m) <= sim.step_ms * (1 + 1e-9)
@@ -164,16 +173,10 @@ def test_a_search_out_of_time_keeps_a_fitting_incumbent_and_a_true_bound(data):
     """A time limit of 0 s stops the search after its first fitting replay, never before: the
     answer fits the cap, its step is its split's replay, and its bound is below the least step
     of every fitting split (the exhaustive replay) while the step is above it."""
-    schedule = data.draw(st.sampled_from(sorted(SCHEDULES)))
-    v = stages_per_rank(schedule)
-    ranks = data.draw(st.integers(1, 3))
-    c = _instance(data, n_lo=ranks * v, n_hi=ranks * v + 3)
-    m = data.draw(st.sampled_from([ranks, 2 * ranks, 3 * ranks]))
-    training = data.draw(st.booleans())
-    try:
-        every = list(_all_splits(c, schedule, ranks, m, training))
-    except UsageError:
+    case = _every_split(data)
+    if case is None:
         return  # a count torch refuses
+    schedule, ranks, c, m, training, every = case
     cap = data.draw(st.sampled_from(sorted({max(s.rank_peak_bytes) for *_, s in every})))
     least = min(s.step_ms for *_, s in every if max(s.rank_peak_bytes) <= cap)
     r = search(c, schedule, ranks, m, training=training, memory=cap, time_limit=0)
