@@ -44,6 +44,24 @@ class LimitError(DevplaceError):
     """An input too large for the method asked for; the message names one that scales."""
 
 
+def read_logs(logs: list) -> list[str]:
+    """The whole output of each process's log file (binary, written by the process), closing
+    each: what `rank_error` reads after a group of processes ended.
+
+    >>> import tempfile
+    >>> log = tempfile.TemporaryFile()
+    >>> _ = log.write(b"[rank0]: ValueError: bad shape\\n")
+    >>> rank_error(read_logs([log])), log.closed
+    ('ValueError: bad shape', True)
+    """
+    texts = []
+    for log in logs:
+        log.seek(0)
+        texts.append(log.read().decode(errors="replace"))
+        log.close()
+    return texts
+
+
 def rank_error(texts: "list[str] | tuple[str, ...]", width: int = 300) -> str:
     """The most telling line of a group of processes' output (torchrun ranks): the first
     exception that is not a lost connection (the failing rank's own error, not what it caused

@@ -105,7 +105,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from ..errors import GraphError, UsageError, rank_error
+from ..errors import GraphError, UsageError, rank_error, read_logs
 from .model import TMPC, Layer, Model
 from .plan import Result, Stage
 
@@ -504,11 +504,7 @@ def _launch(folder: str, world: int, threads: int, timeout: float, nodes: int = 
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pr.pid, signal.SIGKILL)
                 pr.wait()
-        texts = []
-        for log in logs:
-            log.seek(0)
-            texts.append(log.read().decode(errors="replace"))
-            log.close()
+        texts = read_logs(logs)
     if any(pr.returncode for pr in procs):
         raise GraphError(f"a rank failed: {rank_error(texts, 600)}")
     return cmds

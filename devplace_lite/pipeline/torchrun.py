@@ -67,7 +67,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import GraphError, UsageError, rank_error
+from ..errors import GraphError, UsageError, rank_error, read_logs
 from ..files import write_text_atomic
 from .resources import check_resources, free_port
 
@@ -641,11 +641,7 @@ def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int
                              "raise the timeout") from None
         finally:
             _stop(procs)
-        texts = []
-        for log in logs:
-            log.seek(0)
-            texts.append(log.read().decode(errors="replace"))
-            log.close()
+        texts = read_logs(logs)
         if any(pr.returncode for pr in procs):
             raise GraphError(f"torchrun failed: {rank_error(texts)}")
         ranks = [json.loads((Path(out) / f"rank{r}.json").read_text()) for r in range(p)]
