@@ -9,6 +9,7 @@ before that commit, where it lived then.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from types import ModuleType
 
 #: Where a module the benchmarks import lived before the layout by problem.
@@ -16,10 +17,13 @@ BEFORE_ROOMS = {"throughput.dp": "dp", "throughput.ideals": "ideals", "course.re
 
 
 def module(name: str) -> ModuleType:
-    """``devplace_lite.<name>`` of the checkout first on the path (its older home if it has one)."""
-    try:
-        return importlib.import_module(f"devplace_lite.{name}")
-    except ModuleNotFoundError as e:
-        if name not in BEFORE_ROOMS or not (e.name or "").startswith("devplace_lite."):
-            raise
-        return importlib.import_module(f"devplace_lite.{BEFORE_ROOMS[name]}")
+    """``devplace_lite.<name>`` of the checkout first on the path (its older home if it has one).
+
+    The home is looked up in that checkout's files: an editable install of another checkout
+    would otherwise answer for a subpackage the older checkout does not have."""
+    import devplace_lite
+
+    base = Path(devplace_lite.__file__).parent / name.replace(".", "/")
+    if name in BEFORE_ROOMS and not (base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()):
+        name = BEFORE_ROOMS[name]
+    return importlib.import_module(f"devplace_lite.{name}")
