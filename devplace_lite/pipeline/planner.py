@@ -18,8 +18,9 @@ How
    without those edges, which bounds every chain of ideals of the segments, hence also the
    plan; the gap is ``(objective - bound) / objective``.
 3. The schedule: torch's action order for it (any of torch 2.13's seven,
-   `devplace_lite.schedules.simulate`) is replayed with the segments' measured ``F``, ``B`` and
-   ``I`` times (``W = B - I``) and the transfers of each cut; the split with the least replayed
+   `devplace_lite.schedules.simulate`) is replayed with the segments' measured ``F``, ``B``,
+   ``I`` and ``W`` times (torch's own input- and weight-gradient passes; its first stage runs
+   no ``I``, its ``W`` is the whole backward) and the transfers of each cut; the split with the least replayed
    step is the plan's (`devplace_lite.schedules.search`: proven by enumeration in bound order, or
    a local search with its bound and gap), its stages on ranks as torch's class places them.
    The DP's least bottleneck and its bound stay in the plan as ``result`` and ``bound``.
@@ -971,7 +972,7 @@ def _forecast_error(p: PipelinePlan, run: dict[str, Any]) -> dict[str, Any]:
 
 def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int = 1, timeout: float = 600.0,
               first: dict[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
-    """Run ``p`` under torchrun, scale each stage's forward, backward and inputs-only backward
+    """Run ``p`` under torchrun, scale each stage's forward, backward, input- and weight-gradient
     times by measured / forecast (one factor per stage and action kind, applied to that stage's
     segments), re-plan with the scaled profile, run that plan, and keep whichever forecast was
     nearer its own run (the largest per-stage error of the compute forecast; ties keep the
