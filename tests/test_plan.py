@@ -85,7 +85,7 @@ def test_segment_times_sum_to_the_model_timed_whole_and_never_scale_up(unequal_c
             assert sum(times) == pytest.approx(t.whole_ms[kind], rel=1e-9)
         else:  # the whole model measured no faster: the segments' own times, unscaled
             assert sum(times) <= t.whole_ms[kind] + 1e-9
-    assert all(i <= b + 1e-12 for i, b in zip(t.backward_input_ms, t.backward_ms))
+    assert all(i >= 0 and w > 0 for i, w in zip(t.backward_input_ms, t.backward_weight_ms))
     assert measure_segments(cap, training=True, spec="A100").boundary_scale is None  # a roofline prices kernels
 
 
@@ -303,5 +303,50 @@ def test_the_models_inputs_get_no_gradient_in_the_profile():
     cap = capture(net, x)
     t = measure_segments(cap, training=True, repeats=1, warmup=0)
     assert t.backward_input_ms[0] == 0.0 and t.backward_ms[0] > 0  # the weights' gradients, nothing else
-    assert t.backward_input_ms[2] > 0  # a later segment's input does get its gradient
+    assert t.backward_weight_ms[0] == t.backward_ms[0]  # as torch's first stage: its W is the whole backward
+    assert t.backward_input_ms[2] > 0 and t.backward_weight_ms[2] > 0  # a later segment's input does get its gradient
     assert not x[0].requires_grad  # the example is left as given
+
+
+def test_the_split_backward_is_timed_with_torchs_own_passes(monkeypatch):
+    """I and W are what torch's zero-bubble schedules call (`stage_backward_input`, then
+    `stage_backward_weight` on what it kept), once per segment whose input takes a gradient
+    and per timed round: their sum is not the full backward's time in torch."""
+    import torch.distributed.pipelining._backward as tb
+
+    calls = {"input": 0, "weight": 0}
+    for kind in calls:
+        real = getattr(tb, f"stage_backward_{kind}")
+
+        def counted(*a, _real=real, _kind=kind, **kw):
+            calls[_kind] += 1
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(tb, f"stage_backward_{kind}", counted)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    cap = capture(net, (torch.randn(4, 16),))
+    measure_segments(cap, training=True, repeats=2, warmup=0)
+    assert calls == {"input": 2 * 2, "weight": 2 * 2}  # segments 1 and 2, two rounds (the whole model: none)
+
+
+class _ChannelsLast(torch.nn.Module):
+    def forward(self, x):
+        return x.permute(0, 2, 1) * 2  # a view with the last two dimensions swapped
+
+
+def test_a_value_made_contiguous_for_a_boundary_is_profiled_with_the_models_strides():
+    """Inside a stage the next operator reads a value as the model made it (ConvNeXt's
+    channels-last blocks: its depthwise convolutions' backward runs at half the speed on
+    that layout), so the profile feeds a segment its inputs with those strides."""
+    from devplace_lite.pipeline.capture import _model_layout
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), _ChannelsLast(), torch.nn.Linear(4, 4))
+    x = (torch.randn(2, 4, 8),)
+    cap = capture(net, x)
+    assert cap.layouts and all(st == (32, 1, 8) for st in cap.layouts.values())
+    (i, m, args, _), = [c for c in _run_in_order(cap, x) if c[0] == 2]
+    assert args[0].is_contiguous()  # what the boundary sends
+    fed = _model_layout(m, args, cap.layouts)
+    assert fed[0].stride() == (32, 1, 8) and torch.equal(fed[0], args[0])
+    with torch.no_grad():
+        assert torch.allclose(m(*fed), net(*x))

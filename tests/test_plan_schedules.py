@@ -50,7 +50,9 @@ def test_plan_is_the_least_replayed_step_of_every_split(graph, schedule):
     assert p.stage_ranks == [want[s] for s in range(p.num_stages)]
     fc = p.to_json()["forecast"]
     assert len(fc["rank_peak_bytes"]) == len(fc["rank_idle_ms"]) == p.ranks
-    assert all(0 <= i <= w + 1e-12 for i, w in zip(fc["input_ms"], fc["backward_ms"]))
+    # torch's passes, measured: I + W need not be B; its first stage runs no I, its W is the whole backward
+    assert all(i >= 0 and w >= 0 for i, w in zip(fc["input_ms"], fc["weight_ms"]))
+    assert fc["input_ms"][0] == 0 and fc["weight_ms"][0] == fc["backward_ms"][0]
     # the stage memory table and the rank peaks come from the same replay
     per_rank = [sum(m["parameters"] for s, m in enumerate(p.stage_memory()) if p.stage_ranks[s] == r)
                 for r in range(p.ranks)]

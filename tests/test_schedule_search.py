@@ -23,7 +23,9 @@ def _instance(data, n_lo=2, n_hi=7):
     static = data.draw(st.lists(st.integers(0, 100), min_size=n, max_size=n))
     act = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
     cut = data.draw(st.lists(st.floats(0.0, 1.0), min_size=n - 1, max_size=n - 1))
-    return SegmentCosts(f, b, i, static, act, cut)
+    # torch's weight pass measured apart (I + W above or below B), or W taken as B - I
+    w = data.draw(st.one_of(st.none(), st.lists(fl, min_size=n, max_size=n)))
+    return SegmentCosts(f, b, i, static, act, cut, weight_ms=w)
 
 
 def _all_splits(c, schedule, ranks, m, training=True):

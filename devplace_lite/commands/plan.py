@@ -48,7 +48,7 @@ the first choice planned. ``--run`` and ``--calibrate`` runs come after the limi
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast; ``--check``
 compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
-each stage's forward, backward and inputs-only backward times by measured / forecast, re-plans
+each stage's forward, backward, input- and weight-gradient times by measured / forecast, re-plans
 with them, runs again, reports the per-stage forecast error before and after, and keeps the
 plan whose forecast was nearer its run (it says which).
 

@@ -31,8 +31,12 @@ How
 3. **Measure** (`measure_segments`): run the segments in order on the example micro-batch,
    each ``repeats`` times after ``warmup``, timing the forward with the CPU time of the
    calling thread on one torch thread (a shared machine's load does not inflate it: waiting
-   for a core is not CPU time), and in training the segment's own backward, fed with ones,
-   on fresh leaf copies of its inputs (so in-place operators never touch a saved tensor).
+   for a core is not CPU time), and in training the segment's own backward passes, fed with
+   ones, on fresh leaf copies of its inputs (so in-place operators never touch a saved
+   tensor): the full backward, and torch's own input-gradient and weight-gradient passes that
+   the zero-bubble schedules run instead. A segment's inputs keep the strides the model gives
+   them (a boundary made them contiguous; inside a stage the next operator reads them as the
+   model made them, and its speed can depend on it: ConvNeXt's depthwise convolutions).
    The repeats go round the segments (a busy machine slows a process for seconds at a time,
    so each segment's runs are spread over the whole measurement); a segment's time is its
    median share of a round times the least round's time (interference only ever adds, and
@@ -210,6 +214,9 @@ class Capture:
     leaf_modules: list[str] = field(default_factory=list)
     #: The fx route's traced model before it was cut (`_whole` times it).
     traced: nn.Module | None = None
+    #: Values made contiguous to cross a boundary (the receiving segment's placeholder name) ->
+    #: the strides the model gave them, which a stage holding both segments keeps (export route).
+    layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def num_segments(self) -> int:
@@ -249,7 +256,8 @@ def _where(frame: traceback.FrameSummary | None) -> str:
     return f"{os.path.basename(frame.filename)}:{frame.lineno} `{code}`"
 
 
-def split_policy(points: Sequence[str], chosen: list[str] | None = None):
+def split_policy(points: Sequence[str], chosen: list[str] | None = None,
+                 layouts: dict[str, tuple[int, ...]] | None = None):
     """A ``split_policy`` for `torch.distributed.pipelining.pipeline` that begins a stage at
     each module FQN of ``points`` (what ``split_spec={fqn: SplitPoint.BEGINNING}`` does), and
     rewrites the exported graph so that torch's schedules can run any split at those points:
@@ -258,7 +266,8 @@ def split_policy(points: Sequence[str], chosen: list[str] | None = None):
     the next only (`_carry`), values that cross are contiguous (`_make_contiguous`), and an
     in-place operator never writes into a received tensor (`_copy_mutated_input`).
     ``chosen`` (optional) receives the name of each segment's split point, the first named
-    after the model's first candidate or ``"(start)"``."""
+    after the model's first candidate or ``"(start)"``. ``layouts`` (optional) receives, for
+    each value made contiguous, the strides the model gave it (`Capture.layouts`)."""
     from torch.distributed.pipelining._IR import aten_pipe_split_alias
 
     names = chosen if chosen is not None else []
@@ -286,7 +295,7 @@ def split_policy(points: Sequence[str], chosen: list[str] | None = None):
             for n in list(gm.graph.nodes):
                 _carry(gm, n, seg)
             for n in list(gm.graph.nodes):
-                _make_contiguous(gm, n, seg)
+                _make_contiguous(gm, n, seg, layouts)
             for n in list(gm.graph.nodes):
                 _copy_mutated_input(gm, n, seg)
         gm.recompile()
@@ -316,10 +325,12 @@ def _copy_before(gm: fx.GraphModule, value: fx.Node, where: fx.Node) -> fx.Node:
     return copy_
 
 
-def _make_contiguous(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]) -> None:
+def _make_contiguous(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int],
+                     layouts: dict[str, tuple[int, ...]] | None = None) -> None:
     """A value that crosses to a later segment with strides that are not contiguous gets a
     contiguous copy in its own segment: the receiving stage allocates its buffer with the
-    traced strides, and gloo sends and receives contiguous memory only."""
+    traced strides, and gloo sends and receives contiguous memory only. ``layouts`` records the
+    copy's name (the receiving segment's placeholder) and the value's own strides."""
     val = value.meta.get("val")
     if value.op in ("output", "get_attr") or not isinstance(val, torch.Tensor) or val.is_contiguous():
         return
@@ -332,6 +343,8 @@ def _make_contiguous(gm: fx.GraphModule, value: fx.Node, seg: dict[fx.Node, int]
     copy_.meta["val"] = val.clone(memory_format=torch.contiguous_format)
     copy_.meta["nn_module_stack"] = dict(value.meta.get("nn_module_stack") or {})
     seg[copy_] = seg[value]
+    if layouts is not None:
+        layouts[copy_.name] = tuple(val.stride())
     for u in later:
         u.replace_input_with(value, copy_)
 
@@ -386,19 +399,21 @@ def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], gran
     from torch.distributed.pipelining import pipeline
 
     names: list[str] = []
+    layouts: dict[str, tuple[int, ...]] = {}
     quiet = logging.getLogger("torch.distributed.pipelining")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # it logs every parameter shared by two stages at INFO
     try:
         with known_warnings_filtered():
-            pipe = pipeline(copy.deepcopy(model), example, split_policy=split_policy(cands, names))
+            pipe = pipeline(copy.deepcopy(model), example, split_policy=split_policy(cands, names, layouts))
     finally:
         quiet.setLevel(level)
     modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
     if len(modules) != len(names):
         raise GraphError(f"export produced {len(modules)} segments for {len(names)} split points")
     return Capture(model=model, example=example, how="torch.export", names=names, modules=modules,
-                   wiring=pipe.split_gm, granularity=granularity, tied=tied_parameters(model, modules))
+                   wiring=pipe.split_gm, granularity=granularity, tied=tied_parameters(model, modules),
+                   layouts=layouts)
 
 
 def tied_parameters(model: nn.Module, stages: Sequence[nn.Module]) -> dict[str, list[int]]:
@@ -571,14 +586,17 @@ class SegmentTimes:
     threads: int = 1
     input_bytes: list[int] = field(default_factory=list)
     device: str = "cpu"
-    #: The backward for the segment's inputs alone (zero-bubble schedules' ``I``; ``W`` is the rest).
+    #: torch's input-gradient and weight-gradient passes (the zero-bubble schedules' ``I`` and
+    #: ``W``; their sum is more than the full backward). A segment none of whose inputs takes a
+    #: gradient has I 0 and W its whole backward, as torch's first stage runs them.
     backward_input_ms: list[float] = field(default_factory=list)
+    backward_weight_ms: list[float] = field(default_factory=list)
     #: Bytes of each segment's outputs (the last one's are the model's: the loss keeps them).
     output_bytes: list[int] = field(default_factory=list)
     #: The accelerator whose roofline gave the times (`measure_segments`' ``spec``), else measured.
     spec: str | None = None
     #: Measured times only: the factor (at most 1) by which each kind's segment times were scaled
-    #: so that they sum to the model timed whole (``{"F": ..., "B": ...}``; I as B), and those
+    #: so that they sum to the model timed whole (``{"F": ..., "B": ...}``; I and W as B), and those
     #: whole-model times (ms).
     boundary_scale: dict[str, float] | None = None
     whole_ms: dict[str, float] | None = None
@@ -714,41 +732,83 @@ def _grads(src: Sequence[tuple]) -> list[bool]:
     return [s[0] != "input" for s in src]
 
 
+def _leaves(args: Sequence[Any], grad: Sequence[bool], training: bool) -> list[Any]:
+    """Fresh leaf copies of ``args``, those flagged in ``grad`` and floating-point requiring a
+    gradient in training, as a stage receives them (cloned, so that an in-place operator never
+    writes into the leaf)."""
+    xs = []
+    for a, g in zip(args, grad):
+        if isinstance(a, torch.Tensor):
+            leaf = a.detach().requires_grad_(training and g and a.is_floating_point())
+            a = leaf.clone() if leaf.requires_grad else leaf
+        xs.append(a)
+    return xs
+
+
+def _outputs(out: Any) -> list[torch.Tensor]:
+    return [y for y in tree_flatten(out)[0] if isinstance(y, torch.Tensor) and y.requires_grad]
+
+
 def _timed_pass(m: nn.Module, args: Sequence[Any], grad: Sequence[bool], training: bool, clock,
                 meter: _Saved | None = None):
-    """One forward of segment ``m`` on fresh leaf copies of ``args`` (those flagged in ``grad``
-    and floating-point requiring a gradient, as a stage receives them, cloned so that an
-    in-place operator never writes into the leaf) and, in training, its inputs-only backward
-    and its full backward, fed with ones: ``(F, I, B, output)`` (I and B None when there is
-    nothing to differentiate). With ``meter`` the forward is untimed and counts the saved
-    tensors instead (the hooks cost time)."""
+    """One forward of segment ``m`` on fresh leaf copies of ``args`` (`_leaves`) and, in
+    training, the backward passes torch's schedules run, fed with ones: its input-gradient and
+    weight-gradient passes (torch's own ``stage_backward_input`` and ``stage_backward_weight``,
+    which the zero-bubble schedules call; their sum exceeds a full backward: the first walks
+    the graph with hooks, the second walks it again from what the first kept), then, after a
+    second forward, its full backward. Returns ``(F, I, B, W, output)``; I and W are None when
+    no input takes a gradient (torch's first stage runs its whole backward as W), B None when
+    there is nothing to differentiate. With ``meter`` the forward alone runs, untimed, and
+    counts the saved tensors instead (the hooks cost time)."""
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
     out: list[Any] = []
-    f_ms = i_ms = b_ms = None
+    f_ms = i_ms = b_ms = w_ms = None
     with torch.set_grad_enabled(training):
         # grad mode set here: `_run_in_order`'s no_grad would otherwise leave the fresh inputs
         # without requires_grad, and the backward would skip the inputs' gradients
-        xs = []
-        for a, g in zip(args, grad):
-            if isinstance(a, torch.Tensor):
-                leaf = a.detach().requires_grad_(training and g and a.is_floating_point())
-                a = leaf.clone() if leaf.requires_grad else leaf
-            xs.append(a)
+        xs = _leaves(args, grad, training)
         if meter is not None:
             with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
                 out.append(m(*xs))
-        else:
-            f_ms = clock(lambda: out.append(m(*xs)))
-    if training:
-        ys = [y for y in tree_flatten(out[0])[0] if isinstance(y, torch.Tensor) and y.requires_grad]
-        if ys:
-            seeds = [torch.ones_like(y) for y in ys]
-            need = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
-            if need:  # the inputs' gradients alone, on the same graph (kept for the full pass)
-                i_ms = clock(lambda: torch.autograd.grad(ys, need, seeds, retain_graph=True, allow_unused=True))
-            b_ms = clock(lambda: torch.autograd.backward(ys, seeds))
-        for p in m.parameters():
+            return None, None, None, None, out[0]
+        f_ms = clock(lambda: out.append(m(*xs)))
+    ys = _outputs(out[0]) if training else []
+    weights = [p for p in m.parameters() if p.requires_grad]
+    if ys and any(isinstance(x, torch.Tensor) and x.requires_grad for x in xs):
+        # torch detaches a stage's outputs in place after the input pass, so give it copies (as
+        # the run does for the zero-bubble schedules: `torchrun._fresh_copies`)
+        ys = [y.clone() for y in ys]
+        groups: list[Any] = []
+        with warnings.catch_warnings():  # it sets .grad on the inputs: our leaves' clones, not leaves
+            warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor that is not a leaf")
+            i_ms = clock(lambda: groups.append(stage_backward_input(ys, [torch.ones_like(y) for y in ys], xs,
+                                                                    iter(weights))[1]))
+        w_ms = clock(lambda: stage_backward_weight(iter(weights), groups[0]))
+        for p in weights:
             p.grad = None
-    return f_ms, i_ms, b_ms, out[0]
+        with torch.enable_grad():
+            xs = _leaves(args, grad, training)
+            ys = _outputs(m(*xs))
+    if ys:
+        seeds = [torch.ones_like(y) for y in ys]
+        b_ms = clock(lambda: torch.autograd.backward(ys, seeds))
+    for p in weights:
+        p.grad = None
+    return f_ms, i_ms, b_ms, w_ms, out[0]
+
+
+def _model_layout(m: nn.Module, args: Sequence[Any], layouts: dict[str, tuple[int, ...]]) -> list[Any]:
+    """``args`` with the strides the model gives them where a boundary made them contiguous
+    (`Capture.layouts`): inside a stage the next operator reads them so, and its speed can
+    depend on it (ConvNeXt's depthwise convolution's backward on channels-last input: 2x)."""
+    names = [n.name for n in m.graph.nodes if n.op == "placeholder"] if isinstance(m, fx.GraphModule) else []
+    out = list(args)
+    for k, (name, a) in enumerate(zip(names, args)):
+        st = layouts.get(name)
+        if st is not None and isinstance(a, torch.Tensor) and a.dim() == len(st):
+            out[k] = torch.empty_strided(a.shape, st, dtype=a.dtype, device=a.device).copy_(a)
+    return out
 
 
 def _round_estimate(rounds: Sequence[Sequence[float]]) -> list[float]:
@@ -826,10 +886,10 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
                           isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
             meter = _Saved({id(p) for p in ps})
-            out = _timed_pass(m, args, _grads(src), training, clock, meter)[3]
+            out = _timed_pass(m, args, _grads(src), training, clock, meter)[4]
             acts[i] = int(meter.total if training else _bytes(out))
             outb[i] = _bytes(out)
-            calls.append((m, list(args), _grads(src)))
+            calls.append((m, _model_layout(m, args, cap.layouts), _grads(src)))
         # a roofline prices kernels, and the boundaries' copies are kernels a stage runs too
         whole = None
         if spec is None and n > 1 and (cap.how != "torch.fx" or cap.traced is not None):
@@ -838,32 +898,33 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                 w.modules = [m.to(device) for m in w.modules]
             for _, wm, wargs, wsrc in _run_in_order(w, example):
                 whole = (wm, list(wargs), _grads(wsrc))
-        rounds: list[list[tuple]] = []  # per timed round: (F, I, B) of each segment, then of the whole model
+        rounds: list[list[tuple]] = []  # per timed round: (F, I, B, W) of each segment, then of the whole model
         for r in range(warmup + repeats):
             late = deadline is not None and time.monotonic() > deadline
             if late and rounds:
                 break
             if late and r < warmup:
                 continue
-            got = [_timed_pass(m, args, grad, training, clock)[:3]
+            got = [_timed_pass(m, args, grad, training, clock)[:4]
                    for m, args, grad in calls + ([whole] if whole is not None else [])]
             if r >= warmup:
                 rounds.append(got)
     finally:
         torch.set_num_threads(before)
-    fwd, bin_, bwd = (_round_estimate([[t[k] or 0.0 for t in rd[:n]] for rd in rounds]) for k in range(3))
-    bin_ = [min(x, b) for x, b in zip(bin_, bwd)]
+    fwd, bin_, bwd, wgt = (_round_estimate([[t[k] or 0.0 for t in rd[:n]] for rd in rounds]) for k in range(4))
+    # no input takes a gradient: torch's input pass does nothing there and its weight pass is the whole backward
+    wgt = [b if rounds and rounds[0][i][3] is None else w for i, (w, b) in enumerate(zip(wgt, bwd))]
     scale, whole_ms = None, None
     if whole is not None:
         whole_ms = {key: min(rd[n][k] or 0.0 for rd in rounds) for key, k in (("F", 0), ("B", 2))}
         scale = {key: min(1.0, whole_ms[key] / sum(seg)) if sum(seg) > 0 and whole_ms[key] > 0 else 1.0
                  for key, seg in (("F", fwd), ("B", bwd))}
         fwd = [t * scale["F"] for t in fwd]
-        bwd, bin_ = [t * scale["B"] for t in bwd], [t * scale["B"] for t in bin_]
+        bwd, bin_, wgt = ([t * scale["B"] for t in ts] for ts in (bwd, bin_, wgt))
     return SegmentTimes(forward_ms=fwd, backward_ms=bwd, param_bytes=params, grad_bytes=grads,
                         activation_bytes=acts, inputs=inputs, training=training, repeats=repeats, threads=threads,
                         input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_,
-                        output_bytes=outb, spec=None if spec is None else str(spec).upper(),
+                        backward_weight_ms=wgt, output_bytes=outb, spec=None if spec is None else str(spec).upper(),
                         boundary_scale=scale, whole_ms=whole_ms,
                         cut_short=n if len(rounds) < repeats else 0)
 
@@ -932,7 +993,8 @@ def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = Non
         "segments": {"names": list(cap.names), "param_bytes": times.param_bytes, "grad_bytes": times.grad_bytes,
                      "activation_bytes": times.activation_bytes, "forward_ms": times.forward_ms,
                      "backward_ms": times.backward_ms, "input_bytes": times.input_bytes,
-                     "backward_input_ms": times.backward_input_ms, "output_bytes": times.output_bytes,
+                     "backward_input_ms": times.backward_input_ms, "backward_weight_ms": times.backward_weight_ms,
+                     "output_bytes": times.output_bytes,
                      "boundary_scale": times.boundary_scale, "whole_ms": times.whole_ms},
         "tied": {k: v for k, v in cap.tied.items()}, "leaf_modules": list(cap.leaf_modules),
     }

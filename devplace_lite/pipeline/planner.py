@@ -18,8 +18,9 @@ How
    without those edges, which bounds every chain of ideals of the segments, hence also the
    plan; the gap is ``(objective - bound) / objective``.
 3. The schedule: torch's action order for it (any of torch 2.13's seven,
-   `devplace_lite.schedules.simulate`) is replayed with the segments' measured ``F``, ``B`` and
-   ``I`` times (``W = B - I``) and the transfers of each cut; the split with the least replayed
+   `devplace_lite.schedules.simulate`) is replayed with the segments' measured ``F``, ``B``,
+   ``I`` and ``W`` times (torch's own input- and weight-gradient passes; its first stage runs
+   no ``I``, its ``W`` is the whole backward) and the transfers of each cut; the split with the least replayed
    step is the plan's (`devplace_lite.schedules.search`: proven by enumeration in bound order, or
    a local search with its bound and gap), its stages on ranks as torch's class places them.
    The DP's least bottleneck and its bound stay in the plan as ``result`` and ``bound``.
@@ -75,7 +76,7 @@ from ..cost import as_assignment, chain_order, device_loads
 from ..devices import Cluster
 from ..errors import GraphError, UsageError
 from ..graph import Graph
-from ..schedules.search import SegmentCosts, SplitSearch, evaluate, search
+from ..schedules.search import SegmentCosts, SplitSearch, evaluate, search, stage_times
 from ..schedules.simulate import SCHEDULES as _SCHEDULES
 from ..schedules.simulate import action_order, stage_to_rank, stages_per_rank
 
@@ -148,8 +149,9 @@ def in_flight(schedule: str, microbatches: int, stages: int, stage: int, trainin
 def segment_costs(graph: Graph, optimizer: str = "none", microbatches: int = 1) -> SegmentCosts:
     """The segments' times, bytes and cut transfer times, as `devplace_lite.schedules.search` takes them.
 
-    ``I`` is the measured inputs-only backward (``W`` the rest of the backward); a graph measured
-    before that was kept splits the backward in halves and says so in ``graph.meta["notes"]``.
+    ``I`` and ``W`` are torch's measured input- and weight-gradient passes; a graph measured
+    before ``W`` was kept takes ``W`` as the rest of the backward, and one measured before ``I``
+    was kept splits the backward in halves and says so in ``graph.meta["notes"]``.
     A cut after segment ``i`` moves every value made at or before ``i`` (model inputs included)
     that a later segment reads, at the profile's link speed; the gradients of the floating-point
     ones come back the same way.
@@ -184,7 +186,9 @@ def segment_costs(graph: Graph, optimizer: str = "none", microbatches: int = 1) 
                 back[c] += comm[u]
     first_in = sum(sent[v.id] for v in graph.nodes if v.id.startswith("input:"))
     return SegmentCosts(forward_ms=list(seg["forward_ms"]), backward_ms=list(seg["backward_ms"]) if training else
-                        [0.0] * n, input_ms=list(bi) if training else None, static_bytes=static,
+                        [0.0] * n, input_ms=list(bi) if training else None,
+                        weight_ms=list(seg["backward_weight_ms"]) if training and seg.get("backward_weight_ms") else None,
+                        static_bytes=static,
                         activation_bytes=list(seg["activation_bytes"]), cut_ms=cut, cut_back_ms=back,
                         step_bytes=_loss_bytes(seg, microbatches) if training else 0.0, cut_bytes=cut_bytes,
                         first_input_bytes=first_in)
@@ -317,12 +321,20 @@ class PipelinePlan:
         once more on a stage that recomputes its activations)."""
         return [f * (2 if rc else 1) + b for f, b, rc in zip(self.forward_ms, self.backward_ms, self.recompute_flags)]
 
-    @property
-    def input_ms(self) -> list[float]:
-        """Backward for the stage's inputs alone (``I``); ``W`` is ``backward_ms - input_ms``."""
+    def _stage_times(self, kind: str) -> list[float]:
         if not self.training:
             return [0.0] * self.num_stages
-        return [min(i, b) for i, b in zip(self._sum(self.costs.input_ms or []), self.backward_ms)]
+        return stage_times(self.costs, [segs[0] for segs in self.stage_segments[1:]])[kind]
+
+    @property
+    def input_ms(self) -> list[float]:
+        """torch's input-gradient pass per stage (``I``; none on the first stage)."""
+        return self._stage_times("I")
+
+    @property
+    def weight_ms(self) -> list[float]:
+        """torch's weight-gradient pass per stage (``W``; the whole backward on the first stage)."""
+        return self._stage_times("W")
 
     @property
     def load_ms(self) -> list[float]:
@@ -394,7 +406,7 @@ class PipelinePlan:
         """Per stage and per rank, what the replay of the schedule forecasts (ms, bytes)."""
         sim = self.simulation()
         return {"forward_ms": self.forward_ms, "backward_ms": self.backward_ms, "input_ms": self.input_ms,
-                "weight_ms": [b - i for b, i in zip(self.backward_ms, self.input_ms)],
+                "weight_ms": self.weight_ms,
                 "compute_ms": self.compute_ms, "load_ms": self.load_ms, "step_ms": sim.step_ms,
                 "rank_busy_ms": sim.rank_busy_ms, "rank_idle_ms": sim.rank_idle_ms,
                 "rank_peak_bytes": sim.rank_peak_bytes, "clock": self.graph.meta.get("clock", "thread CPU time"),
@@ -894,15 +906,17 @@ def _fit(predicted: Sequence[float], measured: Sequence[float]) -> float:
 
 
 def scaled_graph(graph: Graph, forward: float | Sequence[float], backward: float | Sequence[float],
-                 backward_input: float | Sequence[float] | None = None) -> Graph:
+                 backward_input: float | Sequence[float] | None = None,
+                 backward_weight: float | Sequence[float] | None = None) -> Graph:
     """``graph`` with forward times times ``forward`` and backward times times ``backward``
-    (numbers, or one factor per segment); the inputs-only backward (``I``) times
-    ``backward_input`` (default: as the backward)."""
+    (numbers, or one factor per segment); the input- and weight-gradient passes (``I``,
+    ``W``) times ``backward_input`` and ``backward_weight`` (default: as the backward)."""
     seg = dict(graph.meta["segments"])
     n = len(seg["names"])
     per = lambda x: [float(x)] * n if isinstance(x, (int, float)) else [float(v) for v in x]  # noqa: E731
     fs, bs = per(forward), per(backward)
     is_ = bs if backward_input is None else per(backward_input)
+    ws = bs if backward_weight is None else per(backward_weight)
     index = {f"{i}:{nm}": i for i, nm in enumerate(seg["names"])}
 
     def factor(v) -> float:
@@ -914,8 +928,9 @@ def scaled_graph(graph: Graph, forward: float | Sequence[float], backward: float
     g = graph.with_nodes(nodes)
     seg["forward_ms"] = [t * a for t, a in zip(seg["forward_ms"], fs)]
     seg["backward_ms"] = [t * a for t, a in zip(seg["backward_ms"], bs)]
-    if seg.get("backward_input_ms"):
-        seg["backward_input_ms"] = [t * a for t, a in zip(seg["backward_input_ms"], is_)]
+    for key, scale in (("backward_input_ms", is_), ("backward_weight_ms", ws)):
+        if seg.get(key):
+            seg[key] = [t * a for t, a in zip(seg[key], scale)]
     one = lambda xs: xs[0] if len(set(xs)) == 1 else xs  # noqa: E731
     g.meta = {**g.meta, "segments": seg, "calibration": {"forward_scale": one(fs), "backward_scale": one(bs)}}
     return g
@@ -926,7 +941,8 @@ def _errors(predicted: Sequence[float], measured: Sequence[float]) -> list[float
 
 
 def _stage_scales(p: PipelinePlan, run: dict[str, Any]) -> dict[str, list[float]]:
-    """Measured / forecast per stage and action kind (``F``, ``B``, ``I``); 1 where either is missing."""
+    """Measured / forecast per stage and action kind (``F``, ``B``, ``I``, ``W``); 1 where either
+    is missing, and the backward's where the schedule ran no split backward."""
     def ratio(pred: Sequence[float], meas: Sequence[float | None]) -> list[float]:
         return [m / q if (m is not None and q > 0 and m > 0) else 1.0 for q, m in zip(pred, meas)]
 
@@ -937,10 +953,12 @@ def _stage_scales(p: PipelinePlan, run: dict[str, Any]) -> dict[str, list[float]
 
     out = {"F": ratio(p.forward_ms, run["stage_forward_cpu_ms"]),
            "B": ratio(p.backward_ms, own(run["stage_backward_cpu_ms"])) if p.training else [1.0] * p.num_stages}
-    out["I"] = ratio(p.input_ms, own(run.get("stage_input_cpu_ms") or [None] * p.num_stages)) if p.training else \
-        [1.0] * p.num_stages
-    if p.training and all(x is None for x in run.get("stage_input_cpu_ms") or [None]):
-        out["I"] = list(out["B"])  # the schedule ran no I: scale it as the backward
+    for kind, key, pred in (("I", "stage_input_cpu_ms", p.input_ms), ("W", "stage_weight_cpu_ms", p.weight_ms)):
+        meas = run.get(key) or [None] * p.num_stages
+        if not p.training or all(x is None for x in meas):
+            out[kind] = list(out["B"])  # the schedule ran no split backward: scale it as the backward
+        else:
+            out[kind] = ratio(pred, own(meas) if kind == "I" else meas)
     return out
 
 
@@ -954,7 +972,7 @@ def _forecast_error(p: PipelinePlan, run: dict[str, Any]) -> dict[str, Any]:
 
 def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int = 1, timeout: float = 600.0,
               first: dict[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
-    """Run ``p`` under torchrun, scale each stage's forward, backward and inputs-only backward
+    """Run ``p`` under torchrun, scale each stage's forward, backward, input- and weight-gradient
     times by measured / forecast (one factor per stage and action kind, applied to that stage's
     segments), re-plan with the scaled profile, run that plan, and keep whichever forecast was
     nearer its own run (the largest per-stage error of the compute forecast; ties keep the
@@ -974,8 +992,7 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
         p.write(Path(folder) / "uncalibrated")
     scales = _stage_scales(p, first)
     seg_stage = p.stage_of
-    q = plan_graph(scaled_graph(p.graph, [scales["F"][s] for s in seg_stage], [scales["B"][s] for s in seg_stage],
-                                [scales["I"][s] for s in seg_stage]),
+    q = plan_graph(scaled_graph(p.graph, *([scales[k][s] for s in seg_stage] for k in "FBIW")),
                    k=p.k or p.ranks, per_rank=p.per_rank, microbatches=p.microbatches, schedule=p.schedule,
                    batch=p.batch, memory=p.memory, optimizer=p.optimizer, method=p.method,
                    time_limit=max(1.0, p.seconds.get("bound", 1.0) + 1.0), seed=p.seed,

@@ -689,10 +689,12 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
     n_stages = int(plan["stages"])
     fwd = [cpu.get(f"{s}:F", 0.0) for s in range(n_stages)]
     inp = [cpu.get(f"{s}:I") for s in range(n_stages)]
+    wgt = [cpu.get(f"{s}:W") for s in range(n_stages)]
     bwd = [cpu[f"{s}:B"] if f"{s}:B" in cpu else cpu.get(f"{s}:I", 0.0) + cpu.get(f"{s}:W", 0.0)
            for s in range(n_stages)]
     out: dict[str, Any] = {
         "stages": n_stages, "ranks": len(ranks), "nodes": nodes, "stage_input_cpu_ms": inp,
+        "stage_weight_cpu_ms": wgt,
         "events": [r["events"] for r in ranks], "hosts": sorted({r["host"] for r in ranks}),
         "backend": ranks[0]["backend"], "schedule": plan["schedule"], "microbatches": plan["microbatches"],
         "step_ms": float(statistics.median(steps_ms)), "steps_ms": steps_ms,

@@ -84,7 +84,9 @@ class SegmentCosts:
     ``step_bytes``: what the last stage holds for the whole step (outputs and targets);
     ``cut_bytes[i]``: the bytes of one micro-batch crossing a cut after segment ``i`` and
     ``first_input_bytes`` the model inputs the first stage reads (a stage's input: what it keeps
-    per micro-batch when it recomputes its activations)."""
+    per micro-batch when it recomputes its activations); ``input_ms`` and ``weight_ms``: torch's
+    input- and weight-gradient passes, measured (without ``weight_ms``, W is B - I; without
+    either, I and W are half of B each)."""
 
     forward_ms: Sequence[float]
     backward_ms: Sequence[float]
@@ -96,12 +98,13 @@ class SegmentCosts:
     step_bytes: float = 0.0
     cut_bytes: Sequence[float] | None = None
     first_input_bytes: float = 0.0
+    weight_ms: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.forward_ms)
         if n == 0:
             raise UsageError("no segments to split")
-        for name in ("backward_ms", "input_ms", "static_bytes", "activation_bytes"):
+        for name in ("backward_ms", "input_ms", "weight_ms", "static_bytes", "activation_bytes"):
             v = getattr(self, name)
             if v is not None and len(v) != n:
                 raise UsageError(f"{name} has {len(v)} values for {n} segments")
@@ -158,14 +161,28 @@ def _prefix(xs: Sequence[float]) -> list[float]:
 
 
 class _Split:
-    """Stage sums of a split by prefix sums (cuts: the first segment of stages 1..S-1)."""
+    """Stage sums of a split by prefix sums (cuts: the first segment of stages 1..S-1).
+
+    Per stage, ``I`` and ``W`` are the measured input- and weight-gradient passes when the
+    costs have both (their sum is more than ``B`` in torch), else ``W`` is the rest of the
+    backward; torch's first stage runs no input pass, its weight pass is its whole backward."""
 
     def __init__(self, c: SegmentCosts, training: bool, split_backward: bool) -> None:
         n = c.n
         self.c, self.training, self.split = c, training, split_backward
+        back = list(c.backward_ms) if training else [0.0] * n
+        inp = list(c.input_ms) if c.input_ms is not None else [b / 2 for b in back]
         self.pf = _prefix(c.forward_ms)
-        self.pb = _prefix(c.backward_ms if training else [0.0] * n)
-        self.pi = _prefix(c.input_ms if c.input_ms is not None else [b / 2 for b in c.backward_ms])
+        self.pb = _prefix(back)
+        self.pi = _prefix(inp)
+        self.pw = _prefix(c.weight_ms) if c.weight_ms is not None and training else None
+        # bound terms per segment: the least backward work a schedule runs for it (a split
+        # backward may cost less than B in a measurement), and the least part of it that a
+        # later stage's input pass waits for (an input pass, or the first stage's whole backward)
+        work = back if not split_backward or self.pw is None else \
+            [min(b, i + w) for b, i, w in zip(back, inp, c.weight_ms)]
+        self.pwork = _prefix(work)
+        self.ptail = _prefix([min(i, b) for i, b in zip(inp, back)])
         self.ps = _prefix(c.static_bytes or [0.0] * n)
         self.pa = _prefix(c.activation_bytes or [0.0] * n)
 
@@ -173,14 +190,23 @@ class _Split:
         edges = [0, *cuts, self.c.n]
         return list(zip(edges, edges[1:]))
 
+    def _input(self, i: int, j: int) -> float:
+        """``I`` of a stage of segments ``i..j-1``."""
+        if i == 0:
+            return 0.0
+        x = self.pi[j] - self.pi[i]
+        return x if self.pw is not None else min(x, self.pb[j] - self.pb[i])
+
     def times(self, cuts: Sequence[int]) -> dict[str, list[float]]:
         b = self.bounds(cuts)
         f = [self.pf[j] - self.pf[i] for i, j in b]
         out = {"F": f}
         if self.training:
             bb = [self.pb[j] - self.pb[i] for i, j in b]
-            ii = [min(self.pi[j] - self.pi[i], x) for (i, j), x in zip(b, bb)]
-            out.update(B=bb, I=ii, W=[x - y for x, y in zip(bb, ii)])
+            ii = [self._input(i, j) for i, j in b]
+            ww = [x - y for x, y in zip(bb, ii)] if self.pw is None else \
+                [x if i == 0 else self.pw[j] - self.pw[i] for (i, j), x in zip(b, bb)]
+            out.update(B=bb, I=ii, W=ww)
         return out
 
     def stage_bound(self, i: int, j: int, m: int) -> float:
@@ -189,8 +215,8 @@ class _Split:
         if not self.training:
             return self.pf[i] + m * f + (self.pf[-1] - self.pf[j])
         b = self.pb[j] - self.pb[i]
-        g, gpre = (min(self.pi[j] - self.pi[i], b), self.pi[i]) if self.split else (b, self.pb[i])
-        return max(self.pf[i] + m * (f + g) + gpre, self.pf[i] + m * (f + b))
+        g, gpre = (self._input(i, j), self.ptail[i]) if self.split else (b, self.pb[i])
+        return max(self.pf[i] + m * (f + g) + gpre, self.pf[i] + m * (f + self.pwork[j] - self.pwork[i]))
 
     def split_bound(self, cuts: Sequence[int], ranks: Sequence[int], m: int) -> float:
         b = self.bounds(cuts)
@@ -198,9 +224,22 @@ class _Split:
         work: dict[int, float] = {}
         first: dict[int, float] = {}
         for (i, j), r in zip(b, ranks):
-            work[r] = work.get(r, 0.0) + (self.pf[j] - self.pf[i]) + (self.pb[j] - self.pb[i])
+            work[r] = work.get(r, 0.0) + (self.pf[j] - self.pf[i]) + (self.pwork[j] - self.pwork[i])
             first[r] = min(first.get(r, math.inf), self.pf[i])
         return max(best, max(first[r] + m * work[r] for r in work))
+
+
+def stage_times(c: SegmentCosts, cuts: Sequence[int], training: bool = True) -> dict[str, list[float]]:
+    """Per stage of the split whose stages begin at segments ``cuts``: ``F`` and, in training,
+    ``B``, ``I`` and ``W`` as the replay takes them (see `SegmentCosts`; torch's first stage
+    runs no input pass: its ``W`` is its whole backward).
+
+    Examples
+    --------
+    >>> stage_times(SegmentCosts([1, 1], [4, 4], input_ms=[1, 1], weight_ms=[4, 4]), [1])
+    {'F': [1.0, 1.0], 'B': [4.0, 4.0], 'I': [0.0, 1.0], 'W': [4.0, 4.0]}
+    """
+    return _Split(c, training, False).times(cuts)
 
 
 def _cut_times(c: SegmentCosts, cuts: Sequence[int]) -> tuple[list[float], list[float]]:
@@ -482,7 +521,7 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
                     if best is not None and best[0] != before:
                         improved = True
         bound = max(global_bound(c, [st for _, st in counts], m, training, split_b),
-                    m * (sp.pf[-1] + sp.pb[-1]) / max(p for p, _ in counts))
+                    m * (sp.pf[-1] + sp.pwork[-1]) / max(p for p, _ in counts))
         status = "time_limit" if improved and late else "feasible"
         if best is None:
             return SplitSearch(None, ranks, None, bound, "unknown", method, replays, total,

@@ -1,0 +1,152 @@
+"""Held-out models: `devplace plan ... --run --json` as a user types it, forecast against wall clock.
+
+Issue 27's acceptance check. The models are ones the forecast was never tuned on (none of them
+is in `devplace_lite.zoo.external`, whose ten models the profile's fixes were measured on):
+two torchvision networks and two Hugging Face language models, random weights from configs.
+For each model and each of GPipe, 1F1B, interleaved 1F1B and ZB-V, the command
+
+    devplace plan benchmarks.schedules.heldout:MODEL -k 2 --schedule S --microbatches 4 --batch 8 --run --json
+
+runs in a fresh process, and its ``forecast.step_ms`` and ``forecast.rank_peak_bytes`` are set
+against the run's ``run.step_ms`` (the median step, wall clock) and ``run.peak_memory`` (per
+rank). Wall clock only means something on a quiet machine (each rank needs a core of its own),
+so the load average before and after each command is recorded; run it with nothing else on
+the machine:
+
+    python -m benchmarks.schedules.heldout [--models ...] [--schedules ...]
+
+Writes ``heldout.json`` and ``heldout.md`` beside this file. Benchmarks measure; nothing asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from devplace_lite.zoo.external import _hf, _vision, import_torchvision
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "zbv"]
+MODELS = ["shufflenet", "regnet", "distilbert", "gpt_neo"]
+TARGET_MEDIAN, TARGET_WORST = 0.15, 0.25
+
+
+def shufflenet(batch: int = 8, seed: int = 0):
+    """torchvision ShuffleNetV2 x0.5 (channel shuffles: views and transposes between blocks), 10 classes, 64x64."""
+    tv = import_torchvision()
+    return _vision(lambda: tv.models.shufflenet_v2_x0_5(num_classes=10), batch, 64, seed)
+
+
+def regnet(batch: int = 8, seed: int = 0):
+    """torchvision RegNetY-400MF (grouped convolutions, squeeze-excitation), 10 classes, 64x64."""
+    tv = import_torchvision()
+    return _vision(lambda: tv.models.regnet_y_400mf(num_classes=10), batch, 64, seed)
+
+
+def distilbert(batch: int = 8, seed: int = 0):
+    """Hugging Face DistilBERT with its masked-LM head (tied): 4 layers, width 128, 32 tokens."""
+    return _hf("DistilBertConfig", "DistilBertForMaskedLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
+               dim=128, n_layers=4, n_heads=4, hidden_dim=512, max_position_embeddings=64)
+
+
+def gpt_neo(batch: int = 8, seed: int = 0):
+    """Hugging Face GPT-Neo (local and global attention layers alternating, tied head): 4 layers, width 128."""
+    return _hf("GPTNeoConfig", "GPTNeoForCausalLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
+               hidden_size=128, num_layers=4, num_heads=4, attention_types=[[["global", "local"], 2]],
+               max_position_embeddings=64, window_size=16, bos_token_id=1999, eos_token_id=1999)
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def case(model: str, schedule: str, timeout: float) -> dict[str, Any]:
+    argv = [sys.executable, "-c", "import sys; from devplace_lite.cli import main; sys.exit(main())", "plan",
+            f"benchmarks.schedules.heldout:{model}", "-k", "2", "--schedule", schedule, "--microbatches", "4",
+            "--batch", "8", "--run", "--json"]
+    row: dict[str, Any] = {"model": model, "schedule": schedule, "load_before": _load()}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    row.update(seconds=time.perf_counter() - t0, load_after=_load(), exit=out.returncode)
+    if out.returncode != 0:
+        row["error"] = (out.stderr.strip().splitlines() or ["(no message)"])[-1][:300]
+        return row
+    res = json.loads(out.stdout)
+    fc, run = res["forecast"], res["run"]
+    row.update(split=res.get("status"), stages=res.get("stages"), forecast_step_ms=fc["step_ms"],
+               run_step_ms=run["step_ms"], run_cpu_replay_ms=run.get("step_cpu_replay_ms"),
+               forecast_peak=fc["rank_peak_bytes"], run_peak=run["peak_memory"])
+    row["time_error"] = abs(fc["step_ms"] - run["step_ms"]) / run["step_ms"]
+    row["memory_errors"] = [abs(f - m) / m for f, m in zip(fc["rank_peak_bytes"], run["peak_memory"])]
+    return row
+
+
+def report(result: dict[str, Any]) -> str:
+    rows = result["rows"]
+    lines = [f"Command: `{result['command']}`; {result['machine']}; torch {result['torch']}; {result['date']}; "
+             f"load average (1 min) {min(r['load_before'] for r in rows):.2f} to "
+             f"{max(r.get('load_after', r['load_before']) for r in rows):.2f}.", "",
+             "| model | schedule | forecast step ms | run step ms (wall) | error | run CPU replay ms | "
+             "peak per rank: forecast / run MiB | memory errors | load before |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['schedule']} | failed: {r['error']} | | | | | | {r['load_before']:.2f} |")
+            continue
+        mem = ", ".join(f"{f / 2**20:.1f} / {m / 2**20:.1f}" for f, m in zip(r["forecast_peak"], r["run_peak"]))
+        lines.append(f"| {r['model']} | {r['schedule']} | {r['forecast_step_ms']:.1f} | {r['run_step_ms']:.1f} | "
+                     f"{r['time_error']:.1%} | {r['run_cpu_replay_ms'] or float('nan'):.1f} | {mem} | "
+                     f"{', '.join(f'{e:.1%}' for e in r['memory_errors'])} | {r['load_before']:.2f} |")
+    ok = [r for r in rows if "error" not in r]
+    if ok:
+        t = [r["time_error"] for r in ok]
+        m = [e for r in ok for e in r["memory_errors"]]
+        lines += ["", f"Step time, forecast against the run's wall clock: median error {statistics.median(t):.1%}, "
+                      f"worst {max(t):.1%} over {len(t)} runs (targets: median {TARGET_MEDIAN:.0%}, each within "
+                      f"{TARGET_WORST:.0%}); within {TARGET_WORST:.0%}: {sum(x <= TARGET_WORST for x in t)} of "
+                      f"{len(t)}. Peak memory per rank: median error {statistics.median(m):.1%}, worst {max(m):.1%} "
+                      f"over {len(m)} ranks; within {TARGET_WORST:.0%}: {sum(x <= TARGET_WORST for x in m)} of "
+                      f"{len(m)}. Failed runs: {len(rows) - len(ok)}."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*", default=MODELS, choices=MODELS)
+    ap.add_argument("--schedules", nargs="*", default=SCHEDULES, choices=SCHEDULES)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per command")
+    args = ap.parse_args(argv)
+    import torch
+
+    rows = []
+    for model in args.models:
+        for schedule in args.schedules:
+            rows.append(case(model, schedule, args.timeout))
+            r = rows[-1]
+            print(f"{model} {schedule}: " + (r["error"] if "error" in r else
+                  f"forecast {r['forecast_step_ms']:.1f} ms, wall {r['run_step_ms']:.1f} ms ({r['time_error']:.1%}), "
+                  f"memory errors {[round(e, 3) for e in r['memory_errors']]}, load {r['load_before']:.2f}"),
+                  flush=True)
+    result = {"command": "python -m benchmarks.schedules.heldout " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "torch": torch.__version__,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
+    from devplace_lite.files import write_text_atomic
+
+    write_text_atomic(HERE / "heldout.json", json.dumps(result, indent=1) + "\n")
+    write_text_atomic(HERE / "heldout.md", "# Held-out models: forecast against the wall clock\n\n"
+                      + (__doc__ or "").split("\n\n", 1)[1].split("Writes")[0] + report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
