@@ -158,8 +158,31 @@ own schedule class (gloo, one thread per rank). Columns:
   the last stage's outputs and targets held for the step) over the measured one (parameters,
   gradients and the high-water mark of saved tensors in the run).
 
-What the table before this one got wrong (median 15.8 %, worst 151 %; GPT-2 forecast 1.8-1.9x
-the measured under GPipe and 1F1B, T5 1.9-2.5x under all four), measured:
+What this table changed (issue 27; the table before it read a median error of 17.5 %, worst
+54.2 %, at load 4.7-15.5):
+
+* **torch's split backward, timed as torch runs it.** The profile timed the input-gradient
+  pass with `autograd.grad` and priced the weight pass as the rest, `W = B - I`. torch's
+  zero-bubble schedules call `stage_backward_input`, which walks the graph with hooks that keep
+  the intermediate gradients the weight pass starts from, and `stage_backward_weight`, which
+  walks it again: `I + W` exceeds `B` (measured by hand with both functions, one thread: a
+  six-layer MLP 3.9 + 4.6 ms against a backward of 6.5 ms; four convolution blocks 114 + 87 ms
+  against 167 ms). The profile now times `I` and `W` with torch's own two functions and the
+  split search prices `W` per segment (`SegmentCosts.weight_ms`). Torch's first stage runs no
+  input pass (its inputs are data) and does its whole backward as `W`; the replay does the
+  same. ZB-V's rows read 0.46-0.95 before (T5 1.05) and 0.76-1.13 here;
+* **a segment's inputs keep the model's strides.** A value that crosses a segment boundary with
+  strides that are not contiguous is copied contiguous there (gloo sends contiguous memory),
+  and the profile fed the next segment that copy. Inside a stage the next operator reads the
+  value as the model made it: ConvNeXt's blocks hand on channels-last tensors (their permutes),
+  and its depthwise convolutions' backward takes about twice as long on them (measured on the
+  last stage of its GPipe split: the segments summed to a backward of 49 ms, the stage module
+  measured 116 ms; with the model's strides the segments sum to 109 ms, the stage 125 ms).
+  The capture records each copied value's strides (`Capture.layouts`) and the profile
+  restores them. ConvNeXt's rows read 0.62-0.66 before and 0.88-1.13 here.
+
+What the table before that one got wrong (median 15.8 %, worst 151 %; GPT-2 forecast 1.8-1.9x
+the measured under GPipe and 1F1B, T5 1.9-2.5x under all four), measured and fixed then:
 
 * **one noisy profile per model, shared by its four rows.** The profile kept each segment's
   least of 3 runs made one after another. On this machine (KVM, 2 vCPUs shared by several
@@ -193,19 +216,6 @@ Known deviations and failures:
   only): between the two profiles their forecasts moved by -30 % to +13 % (MobileNetV3 107 to
   75 ms under GPipe), and the first run's 20 rows read a median error of 10.7 % (worst 35 %),
   the second's, in the table, 15.4 % (worst 54 %);
-* **ZB-V is under-forecast** (its rows: 0.46-0.95, T5 1.05): torch's weight pass costs about a whole
-  backward, not the backward less the input-gradient pass, which is what the forecast prices
-  (`W = B - I`). By `devplace plan --run` on MobileNetV3 and OPT (load 11-17): the run's
-  I + W per stage was 2.9, 4.1, 7.0, 6.0 ms against a forecast B of 3.6, 2.4, 4.3, 4.2 ms
-  (MobileNet), 3.8, 3.5, 3.2, 1.6 against 4.0, 1.6, 1.9, 1.7 (OPT), while F and I were within
-  the noise. Measuring W as torch runs it needs a weight time per segment in the split search's
-  costs (`devplace_lite.schedules.search`), not done here;
-* **ConvNeXt is under-forecast** (0.62-0.66): its 137 segments' boundaries cost most where the
-  activations are large (the copies that make a channels-last tensor contiguous), while the
-  whole-model scale (0.50 of the forward here) takes the same share off every segment, the
-  late, low-resolution ones too: the first stage is forecast 5-20 % over and the last at
-  0.5-0.6 of what the run measures. Pricing each boundary (timing the model with every other boundary
-  removed) would place it;
 * under the zero-bubble schedules the input-gradient pass keeps intermediate gradients for the
   weight pass, which the forecast does not count (the second rank of ZB-V reads about 0.8);
 * torch 2.13's zero-bubble path detaches stage outputs in place after the input-gradient pass,
@@ -215,7 +225,11 @@ Known deviations and failures:
   stage outputs under the zero-bubble schedules (one output per micro-batch in flight more, not
   in the forecast);
 * convnext_tiny (137 segments) has more than 200,000 splits into four stages: its split is the
-  local search's, with a proven bound (`feasible`; the gap is in results.json).
+  local search's, with a proven bound (`feasible`; the gap is in results.json);
+* T5 under ZB-V fails in torch at the split planned here (stage 1 holds the self-attention
+  half of encoder block 2, which receives and hands on the relative position bias):
+  `Trying to backward through the graph a second time` in torch's split backward. The split
+  planned before the weight pass was measured (another split) ran.
 
 ![forecast against measured, GPT-2 under ZB-V](gantt.png)
 
