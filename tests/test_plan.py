@@ -350,3 +350,22 @@ def test_a_value_made_contiguous_for_a_boundary_is_profiled_with_the_models_stri
     assert fed[0].stride() == (32, 1, 8) and torch.equal(fed[0], args[0])
     with torch.no_grad():
         assert torch.allclose(m(*fed), net(*x))
+
+
+class _Broadcast(torch.nn.Module):
+    def forward(self, x):
+        return x[:, :1].expand(-1, 4)  # stride 0: four elements, one memory location
+
+
+def test_a_broadcast_value_at_a_boundary_is_profiled_as_the_copy_it_is_sent_as():
+    """A broadcast view has no dense layout to restore (writing into it fails), so the next
+    segment is timed on the contiguous copy, as a stage receives it."""
+    from devplace_lite.pipeline.capture import _model_layout
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), _Broadcast(), torch.nn.Linear(4, 2))
+    x = (torch.randn(3, 4),)
+    cap = capture(net, x)
+    assert any(0 in st for st in cap.layouts.values())
+    (_, m, args, _), = [c for c in _run_in_order(cap, x) if c[0] == 2]
+    assert _model_layout(m, args, cap.layouts)[0].is_contiguous()
+    assert measure_segments(cap, training=True, repeats=1, warmup=0).backward_weight_ms[2] > 0

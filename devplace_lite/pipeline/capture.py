@@ -806,9 +806,27 @@ def _model_layout(m: nn.Module, args: Sequence[Any], layouts: dict[str, tuple[in
     out = list(args)
     for k, (name, a) in enumerate(zip(names, args)):
         st = layouts.get(name)
-        if st is not None and isinstance(a, torch.Tensor) and a.dim() == len(st):
+        if st is not None and isinstance(a, torch.Tensor) and a.dim() == len(st) and _dense(a.shape, st):
             out[k] = torch.empty_strided(a.shape, st, dtype=a.dtype, device=a.device).copy_(a)
     return out
+
+
+def _dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether ``stride`` lays ``shape`` out densely without overlap (a permutation of a
+    contiguous layout). A broadcast view (stride 0) is not: one memory location per element
+    cannot hold it, so such a value is profiled as the contiguous copy the boundary sends.
+
+    Examples
+    --------
+    >>> _dense((2, 3, 4), (12, 1, 3)), _dense((2, 4), (1, 0))
+    (True, False)
+    """
+    expected = 1
+    for size, st in sorted(((n, s) for n, s in zip(shape, stride) if n > 1), key=lambda d: d[1]):
+        if st != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _round_estimate(rounds: Sequence[Sequence[float]]) -> list[float]:
