@@ -49,7 +49,10 @@ How it is fast (every cut keeps the optimum):
   by the few units in which they differ (`_Table`). On Inception-v3 this halves the kernel's
   time against rows in order of size spread over three arrays (``benchmarks/dp``).
 * **A compiled kernel.** The search and the ``(k+1)(l+1)`` updates per pair run in numba,
-  compiled ahead of time at install (`devplace_lite.compiled`).
+  compiled ahead of time at install (`devplace_lite.compiled`). The indices the search reads
+  through (hyperedge, incidence, table position) are unsigned 32-bit integers: numba then
+  drops its test for a negative (wrap-around) index from each of those dependent reads, 1.2x
+  less kernel time on Inception-v3.
 
 Complexity: ``O(P (d + kl))`` for ``P`` visited pairs (at most the nested pairs of ideals) and
 average unit degree ``d``; memory ``O(N k l)`` for ``N`` ideals.
@@ -154,9 +157,8 @@ def _kernel(i0, i1, budget, row, mx, words, pa, pc, mem, mem_core, bad_acc, bad_
     # what a step reads and writes of a hyperedge e, in one row: members in the part S, depth
     # from which it stays cut (-1: not yet), its size, members in the ideal I; and of an
     # incidence q: its hyperedge and the members numbered above the unit. Indices the search
-    # reads (hyperedge, incidence, table position) are unsigned 32-bit: numba indexes with an
-    # unsigned integer without its test for a negative index (Python's wrap-around), which sat
-    # on every dependent read of the search (1.2x on Inception-v3, benchmarks/dp)
+    # reads through are unsigned 32-bit (module docstring: numba indexes with them without
+    # its negative-index test)
     E = he_w.shape[0]
     he = np.empty((E, 4), dtype=np.int32)
     for e in range(E):
