@@ -27,6 +27,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -88,13 +89,14 @@ def _load() -> float:
 
 
 def case(model: str, schedule: str, timeout: float) -> dict[str, Any]:
-    argv = [sys.executable, "-c", "import sys; from devplace_lite.cli import main; sys.exit(main())", "plan",
-            f"benchmarks.schedules.heldout:{model}", "-k", "2", "--schedule", schedule, "--microbatches", "4",
-            "--batch", "8", "--run", "--json"]
     row: dict[str, Any] = {"model": model, "schedule": schedule, "load_before": _load()}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     t0 = time.perf_counter()
-    out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="devplace-heldout-") as tmp:  # the plan's files, not in the checkout
+        argv = [sys.executable, "-c", "import sys; from devplace_lite.cli import main; sys.exit(main())", "plan",
+                f"benchmarks.schedules.heldout:{model}", "-k", "2", "--schedule", schedule, "--microbatches", "4",
+                "--batch", "8", "--run", "--json", "--out", str(Path(tmp) / "plan")]
+        out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     row.update(seconds=time.perf_counter() - t0, load_after=_load(), exit=out.returncode)
     if out.returncode != 0:
         row["error"] = (out.stderr.strip().splitlines() or ["(no message)"])[-1][:300]
