@@ -57,6 +57,16 @@ def unequal(batch: int = 8, seed: int = 0):
     return Unequal().eval(), (torch.randn(batch, 16, generator=torch.Generator().manual_seed(seed)),)
 
 
+def unequal_profile(cap=None):
+    """The training segment graph of `unequal` (batch 4) as `plan` measures it: the profile the
+    planner tests share (``cap``: a capture of it already made)."""
+    from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph
+
+    if cap is None:
+        cap = capture(*unequal(batch=4))
+    return segment_graph(cap, measure_segments(cap, training=True, repeats=2, warmup=0))
+
+
 class Skippy(nn.Module):
     """Unequal layers, a skip connection over a layer, a shape read (``x.size(0)``)."""
 

@@ -125,8 +125,7 @@ def test_a_model_that_fails_on_its_inputs_is_one_line():
 # -- planning -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def unequal_graph(unequal_capture):
-    _, _, cap = unequal_capture
-    return segment_graph(cap, measure_segments(cap, training=True, repeats=2, warmup=0))
+    return plan_models.unequal_profile(unequal_capture[2])
 
 
 @pytest.mark.parametrize("k", [2, 3])

@@ -20,7 +20,6 @@ torch = pytest.importorskip("torch")
 
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.errors import GraphError  # noqa: E402
-from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph  # noqa: E402
 from devplace_lite.pipeline.planner import plan, plan_graph, segment_costs  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch  # noqa: E402
 from devplace_lite.schedules.search import evaluate  # noqa: E402
@@ -32,9 +31,7 @@ import plan_models  # noqa: E402
 
 @pytest.fixture(scope="module")
 def graph():
-    model, x = plan_models.unequal(batch=4)
-    cap = capture(model, x)
-    return segment_graph(cap, measure_segments(cap, training=True, repeats=2, warmup=0))
+    return plan_models.unequal_profile()
 
 
 def _every(graph, schedule, m=4):

@@ -281,9 +281,14 @@ class PipelinePlan:
         return [[i for i, s in enumerate(self.stage_of) if s == st] for st in range(self.num_stages)]
 
     @property
+    def cuts(self) -> list[int]:
+        """The first segment of stages 1, 2, ... (`devplace_lite.schedules.search`'s cuts)."""
+        return [segs[0] for segs in self.stage_segments[1:]]
+
+    @property
     def split_points(self) -> list[str]:
         """Module FQNs where stages 1, 2, ... begin."""
-        return [self.names[segs[0]] for segs in self.stage_segments[1:]]
+        return [self.names[c] for c in self.cuts]
 
     @property
     def split_spec(self) -> dict[str, str]:
@@ -324,7 +329,7 @@ class PipelinePlan:
     def _stage_times(self, kind: str) -> list[float]:
         if not self.training:
             return [0.0] * self.num_stages
-        return stage_times(self.costs, [segs[0] for segs in self.stage_segments[1:]])[kind]
+        return stage_times(self.costs, self.cuts)[kind]
 
     @property
     def input_ms(self) -> list[float]:
@@ -350,8 +355,7 @@ class PipelinePlan:
 
     def simulation(self):
         """The replay of the schedule on this split (`devplace_lite.schedules.simulate.Simulation`)."""
-        cuts = [segs[0] for segs in self.stage_segments[1:]]
-        return evaluate(self.costs, cuts, self.schedule, self.ranks, self.microbatches, self.per_rank, self.training,
+        return evaluate(self.costs, self.cuts, self.schedule, self.ranks, self.microbatches, self.per_rank, self.training,
                         recompute=self.recompute_flags)
 
     @property
@@ -375,7 +379,7 @@ class PipelinePlan:
         seg = self.graph.meta["segments"]
         params, grads = self._sum(seg["param_bytes"]), self._sum(seg["grad_bytes"])
         acts = self._sum(seg["activation_bytes"])
-        inputs = stage_bytes(self.costs, [segs[0] for segs in self.stage_segments[1:]])["input_bytes"]
+        inputs = stage_bytes(self.costs, self.cuts)["input_bytes"]
         flying = self.simulation().stage_in_flight
         rec = self.recompute_flags
         out = []
