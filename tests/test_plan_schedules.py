@@ -173,3 +173,20 @@ def test_calibration_scales_each_stage_and_keeps_the_better(graph, tmp_path, mon
     written = json.loads((tmp_path / "plan.json").read_text())
     want = calls[-1] if kept == "calibrated" else json.loads((tmp_path / "uncalibrated" / "plan.json").read_text())
     assert written["forecast"]["step_ms"] == pytest.approx(want["forecast"]["step_ms"])
+
+
+def test_calibration_scales_the_weight_pass_apart_where_the_run_split_the_backward(graph):
+    """Under a zero-bubble schedule the run measures W per stage: its factor is its own, and the
+    scaled profile forecasts that stage's W accordingly; a run with no split backward scales W
+    as B."""
+    from devplace_lite.pipeline.planner import _stage_scales, scaled_graph, with_stages
+
+    p = plan_graph(graph, k=2, microbatches=4, schedule="zbv")
+    run = _fake_run(p)
+    run["stage_weight_cpu_ms"] = [w * (2.0 if s == 1 else 1.0) for s, w in enumerate(p.weight_ms)]
+    scales = _stage_scales(p, run)
+    assert scales["W"] == pytest.approx([1.0, 2.0, 1.0, 1.0]) and scales["B"] == pytest.approx([1.0] * 4)
+    q = plan_graph(scaled_graph(p.graph, *([scales[k][s] for s in p.stage_of] for k in "FBIW")), k=2,
+                   microbatches=4, schedule="zbv")
+    assert with_stages(q, p.stage_of, "p's split").weight_ms == pytest.approx([w * (2.0 if s == 1 else 1.0) for s, w in enumerate(p.weight_ms)])
+    assert _stage_scales(p, _fake_run(p))["W"] == scales["B"]  # no W measured: as the backward
