@@ -210,7 +210,7 @@ def test_two_torchrun_nodes_on_loopback_equal_the_unsplit_model(tmp_path, on_pat
 
 @pytest.mark.slow
 def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_path):
-    code, out, err = _cli(capsys, "plan", "plan_models:branchy", "-k", 2, "--batch", 8, "--repeats", 2,
+    code, out, err = _cli(capsys, "plan", "plan_models:branchy_wide", "-k", 2, "--batch", 8, "--repeats", 2,
                           "--out", tmp_path, "--run", "--check", "--steps", 1, "--json")
     assert code == 0, err
     ans = json.loads(out)
@@ -218,6 +218,9 @@ def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_p
     assert ans["run"]["check"]["outputs_allclose"] and ans["run"]["check"]["grads_allclose"]
     assert ans["stages"] == 2 and ans["torchrun"].startswith("torchrun --nproc-per-node 2")
     assert json.loads((tmp_path / "plan.json").read_text())["split_spec"] == ans["split_spec"]
+    # the runtime around each pass, measured before planning, is in the forecast and the run measures it too
+    priced = [n for n in ans["notes"] if n.startswith("torch's schedule runtime priced at ")]
+    assert len(priced) == 1 and ans["run"]["action_overhead_ms"] > 0
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -368,3 +371,15 @@ def test_a_broadcast_value_at_a_boundary_is_profiled_as_the_copy_it_is_sent_as()
     (_, m, args, _), = [c for c in _run_in_order(cap, x) if c[0] == 2]
     assert _model_layout(m, args, cap.layouts)[0].is_contiguous()
     assert measure_segments(cap, training=True, repeats=1, warmup=0).backward_weight_ms[2] > 0
+
+
+def test_the_runtime_overhead_is_the_thread_s_time_outside_its_passes_per_pass():
+    from devplace_lite.pipeline.torchrun import _overhead, runtime_overhead
+
+    record = [("F", 0.1, 0.2, 10.0, 0, 0), ("B", 0.3, 0.4, 20.0, 0, 0), ("W", 0.5, 0.6, 5.0, 0, 0),
+              ("F", 1.1, 1.2, 10.0, 0, 0), ("B", 1.3, 1.4, 20.0, 0, 0)]
+    # step 1: 37 ms of thread time, 35 in passes, over 2 passes that message (W does not); step 2: 4 over 2
+    assert _overhead([(0.0, 1.0), (1.0, 2.0)], [37.0, 34.0], record) == pytest.approx(1.5)
+    assert _overhead([(5.0, 6.0)], [3.0], record) is None  # no pass in the step
+    with pytest.raises(UsageError, match="measured on CPU"):
+        runtime_overhead("cuda")

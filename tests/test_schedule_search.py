@@ -25,7 +25,9 @@ def _instance(data, n_lo=2, n_hi=7):
     cut = data.draw(st.lists(st.floats(0.0, 1.0), min_size=n - 1, max_size=n - 1))
     # torch's weight pass measured apart (I + W above or below B), or W taken as B - I
     w = data.draw(st.one_of(st.none(), st.lists(fl, min_size=n, max_size=n)))
-    return SegmentCosts(f, b, i, static, act, cut, weight_ms=w)
+    # torch's runtime priced around each pass, or not: the bounds leave it out and must still hold
+    o = data.draw(st.sampled_from([0.0, 0.0, 0.3, 2.0]))
+    return SegmentCosts(f, b, i, static, act, cut, weight_ms=w, action_ms=o)
 
 
 def _all_splits(c, schedule, ranks, m, training=True):
@@ -77,6 +79,17 @@ def test_search_is_exhaustively_optimal_and_bounds_hold(data):
     assert max(rc.simulation.rank_peak_bytes) <= cap
     below = search(c, schedule, ranks, m, training=training, memory=min(max(s.rank_peak_bytes) for *_, s in every) - 1)
     assert below.status == "infeasible" and below.stage_of is None
+
+
+def test_the_runtime_is_priced_on_the_passes_that_send_or_receive_over_several_stages():
+    c = SegmentCosts([1, 1], [4, 4], input_ms=[1, 1], weight_ms=[4, 4], action_ms=0.5)
+    assert _Split(c, True, True).times([1]) == {"F": [1.5, 1.5], "B": [4.5, 4.5], "I": [0.5, 1.5], "W": [4.0, 4.0]}
+    assert _Split(c, True, True).times([]) == {"F": [2.0], "B": [8.0], "I": [0.0], "W": [8.0]}  # one stage: no messages
+    plain = SegmentCosts([1, 1], [4, 4], input_ms=[1, 1], weight_ms=[4, 4])
+    assert evaluate(c, [1], "1f1b", 2, 4).step_ms > evaluate(plain, [1], "1f1b", 2, 4).step_ms
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(UsageError, match="action_ms must be a finite number >= 0"):
+            SegmentCosts([1, 1], [4, 4], action_ms=bad)
 
 
 def test_budget_and_local_search_state_their_bound(monkeypatch):

@@ -46,7 +46,10 @@ the first choice planned. ``--run`` and ``--calibrate`` runs come after the limi
 ``--timeout``.
 
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
-on loopback) and reports the measured stage CPU times next to the forecast; ``--check``
+on loopback) and reports the measured stage CPU times next to the forecast. Before planning, a
+CPU run (``-k`` above 1) first measures what torch's schedule runtime spends around each pass
+on this machine (`devplace_lite.pipeline.torchrun.runtime_overhead`, about 8 s: a small zoo
+model's run) and the forecast prices it on every forward and backward; ``--check``
 compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
 each stage's forward, backward, input- and weight-gradient times by measured / forecast, re-plans
 with them, runs again, reports the per-stage forecast error before and after, and keeps the
@@ -63,6 +66,7 @@ import argparse
 import os
 import shlex
 import sys
+import time
 from typing import Any
 
 from .. import options
@@ -153,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "early, each segment timed once at least), split, schedule search, bound and the files "
                              "(with --schedule auto the choices share it); a step it cuts short keeps its incumbent "
                              "and the answer says status time_limit and what was not tried. --run and --calibrate "
-                             "runs come after it, each within --timeout. Default: none (each step stops at its own "
+                             "runs (and their probe of torch's runtime) come outside it, each within --timeout. Default: none (each step stops at its own "
                              "10 s)")
     parser.add_argument("--repeats", type=options.POSITIVE, default=5, help="timed runs per segment, >= 1 (default 5)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the model's weights and inputs")
@@ -223,7 +227,7 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     from ..pipeline.planner import calibrate, plan, plan_auto
-    from ..pipeline.torchrun import launch
+    from ..pipeline.torchrun import launch, runtime_overhead
     from ..zoo import load
 
     auto_m = args.microbatches == "auto"
@@ -245,6 +249,13 @@ def run(args: argparse.Namespace) -> int:
                   method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
                   repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec,
                   recompute=args.recompute, started=getattr(args, "started", None))
+    if (args.run or args.calibrate) and args.device == "cpu" and args.spec is None and args.accelerators > 1:
+        # the run's backend on this machine prices the runtime's work around each pass; the probe
+        # is a run, outside --time-limit like the runs themselves
+        t = time.monotonic()
+        common["action_ms"] = runtime_overhead(timeout=args.timeout)
+        if common["started"] is not None:
+            common["started"] += time.monotonic() - t
     tried = None
     if args.schedule == "auto":
         p, tried = plan_auto(model, inputs, microbatches=None if auto_m else args.microbatches, **common)

@@ -191,7 +191,7 @@ def segment_costs(graph: Graph, optimizer: str = "none", microbatches: int = 1) 
                         static_bytes=static,
                         activation_bytes=list(seg["activation_bytes"]), cut_ms=cut, cut_back_ms=back,
                         step_bytes=_loss_bytes(seg, microbatches) if training else 0.0, cut_bytes=cut_bytes,
-                        first_input_bytes=first_in)
+                        first_input_bytes=first_in, action_ms=float(seg.get("action_ms") or 0.0))
 
 
 def _loss_bytes(seg: dict, microbatches: int) -> float:
@@ -580,7 +580,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
          training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
          granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
          warmup: int = 1, model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None,
-         spec: str | None = None, recompute: str = "auto", started: float | None = None) -> PipelinePlan:
+         spec: str | None = None, recompute: str = "auto", started: float | None = None,
+         action_ms: float = 0.0) -> PipelinePlan:
     """Profile ``model`` on one micro-batch of ``example_inputs`` (the whole batch, cut into
     ``microbatches`` along dim 0) and plan its pipeline over at most ``k`` stages.
 
@@ -616,6 +617,11 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         now): the capture, then the measurement's repeats within `PROFILE_SHARE` of what is left
         (each segment timed once at least; the notes say when they were cut), then `plan_graph`'s
         steps in what is left. None: no limit (each step gets `STEP_SECONDS`).
+    action_ms : float
+        What torch's schedule runtime spends around each pass apart from the pass (messages,
+        bookkeeping), priced on every forward and backward of a split over several ranks:
+        `devplace_lite.pipeline.torchrun.runtime_overhead` measures it for the backend that
+        will run the plan (0: not priced).
 
     Returns
     -------
@@ -649,7 +655,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
                          f"micro-batch count (--microbatches) that divides {batch}, or a batch (--batch) that is a "
                          f"multiple of {microbatches}")
     graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
-                                          model_spec, device, spec, budget=solve.Budget(time_limit, started))
+                                          model_spec, device, spec, budget=solve.Budget(time_limit, started),
+                                          action_ms=action_ms)
     p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,
                    optimizer=optimizer, method=method, time_limit=time_limit, seed=seed, per_rank=per_rank,
                    recompute=recompute, started=started)
@@ -661,16 +668,18 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
 def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool = True, granularity: str = "block",
                     repeats: int = 5, warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
                     spec: str | None = None, budget: solve.Budget | None = None,
-                    share: float = PROFILE_SHARE) -> tuple[Graph, Any, dict[str, float]]:
+                    share: float = PROFILE_SHARE, action_ms: float = 0.0) -> tuple[Graph, Any, dict[str, float]]:
     """Capture and measure ``model`` on one micro-batch of ``inputs`` (the batch cut into
     ``microbatches``): ``(segment graph, Capture, seconds per step)``, what `plan` plans from and
     `plan_graph` takes, for planning one profile several ways (schedules, micro-batches).
     ``budget`` (`devplace_lite.solve.Budget`) with a limit: the measurement's repeats stop at
     ``share`` of what the capture left (each segment timed once at least), said in the graph's
-    notes."""
+    notes. ``action_ms``: the schedule runtime's cost per pass (see `plan`), kept with the segments."""
     from .capture import capture as capture_model
     from .capture import measure_segments, segment_graph
 
+    if not (action_ms >= 0 and math.isfinite(action_ms)):
+        raise UsageError(f"action_ms must be a finite number >= 0, got {action_ms}")
     batch = int(inputs[0].shape[0])
     micro = tuple(t[: batch // microbatches] for t in inputs)
     t0 = time.perf_counter()
@@ -681,6 +690,11 @@ def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool
     times = measure_segments(cap, training=training, repeats=repeats, warmup=warmup, device=device, spec=spec,
                              deadline=deadline)
     graph = segment_graph(cap, times, name=model_spec or type(model).__name__)
+    if action_ms:
+        graph.meta["segments"]["action_ms"] = float(action_ms)
+        graph.meta.setdefault("notes", []).append(
+            f"torch's schedule runtime priced at {action_ms:.3f} ms per forward and per backward pass of a "
+            "multi-rank split (measured: messages and bookkeeping around the passes)")
     if times.cut_short:
         graph.meta.setdefault("notes", []).append(
             f"the time limit cut the measurement short: {times.cut_short} of {len(times.forward_ms)} segment(s) "
@@ -702,7 +716,7 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
               granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
               warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
               spec: str | None = None, recompute: str = "auto",
-              started: float | None = None) -> tuple[PipelinePlan, list[dict]]:
+              started: float | None = None, action_ms: float = 0.0) -> tuple[PipelinePlan, list[dict]]:
     """``--schedule auto``: every schedule of `SCHEDULES` (at its default stages per rank) and
     every micro-batch count (``microbatches``, or each divisor of the batch up to
     `AUTO_MICROBATCHES`, each measured at its own micro-batch size), planned, each with its
@@ -759,7 +773,8 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
             continue
         t = time.monotonic()
         graph, cap, seconds = segment_profile(model, inputs, m, training, granularity, repeats, warmup, model_spec,
-                                              device, spec, budget=budget, share=PROFILE_SHARE / (len(counts) - g))
+                                              device, spec, budget=budget, share=PROFILE_SHARE / (len(counts) - g),
+                                              action_ms=action_ms)
         profile_s = time.monotonic() - t
         for j, name in enumerate(names):
             if best is not None and budget.spent():

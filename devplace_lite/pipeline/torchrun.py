@@ -71,6 +71,14 @@ from ..errors import GraphError, UsageError, rank_error, read_logs
 from ..files import write_text_atomic
 from .resources import check_resources, free_port
 
+#: Unmeasured first steps of a run: glibc hands a process's first large buffers back and forth
+#: with the kernel (page faults) until its allocation thresholds have grown. Measured here, one
+#: warm-up step left the next steps at up to 5.5x the later ones (DistilBERT 104, 83, 66 ms,
+#: then 62; ShuffleNet 662, 161, 147, then 120), with 125-3,440 minor faults a step, none later.
+WARMUP = 3
+#: The model, split and schedule `runtime_overhead` runs (a zoo model: no download, no torch.hub).
+PROBE = {"model": "resnet50", "k": 2, "schedule": "gpipe", "microbatches": 8, "batch": 16, "steps": 5}
+
 
 class ActivationMeter:
     """Bytes of tensors autograd keeps for the backward pass, and their high-water mark.
@@ -313,7 +321,7 @@ def _no_self_pairs(stage: Any, rank: int) -> None:
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="one rank of a devplace pipeline (run me under torchrun)")
     p.add_argument("--steps", type=int, default=3, help="measured steps (default 3)")
-    p.add_argument("--warmup", type=int, default=1, help="unmeasured first steps (default 1)")
+    p.add_argument("--warmup", type=int, default=WARMUP, help=f"unmeasured first steps (default {WARMUP})")
     p.add_argument("--check", action="store_true", help="compare outputs and gradients with the unsplit model")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="gloo on CPU, NCCL with one GPU per rank")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU (default 1)")
@@ -405,7 +413,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         xs = tuple(inputs[i].to(device) for i in order)
         params = [p for st in stages for p in st.submod.parameters()]
         meter = ActivationMeter({id(p) for p in params})
-        steps, out, losses, events = [], None, [], []
+        steps, out, losses, events, mine_cpu = [], None, [], [], []
         for it in range(args.warmup + args.steps):
             if it == args.warmup:
                 record.clear()  # warm-up chunks allocate buffers once: not part of the figures
@@ -413,7 +421,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
                 p.grad = None
             losses = []
             dist.barrier()
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             if training:
                 # saved activations are counted in the first step only: the hooks cost CPU time
                 hooks = torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack) if it == 0 else \
@@ -429,9 +437,10 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
                     out = sched.step(*(xs if first else ()))
             if cuda:
                 torch.cuda.synchronize()
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.thread_time()
             if it >= args.warmup:
                 steps.append((t0, t1))
+                mine_cpu.append(1e3 * (c1 - c0))
             if it == args.warmup + args.steps - 1:  # the last step's actions, for a Gantt chart
                 events = [(k, s, c, 1e3 * (a - t0), 1e3 * (b - t0)) for k, a, b, _, s, c in record if a >= t0]
         rec: dict[str, Any] = {
@@ -444,6 +453,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             "forward_cpu_ms": [c for k, _, _, c, *_ in record if k == "F"],
             "backward_cpu_ms": [c for k, _, _, c, *_ in record if k in "BIW"],
             "loss": sum(float(x) for x in losses) / len(losses) if last and losses else None,
+            "action_overhead_ms": None if cuda else _overhead(steps, mine_cpu, record),
             "param_bytes": sum(p.numel() * p.element_size() for p in params),
             "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
             "activation_peak_bytes": int(meter.peak),
@@ -465,6 +475,19 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     finally:
         dist.destroy_process_group()
     return 0
+
+
+def _overhead(steps: Sequence[tuple[float, float]], step_cpu_ms: Sequence[float], record: Sequence[tuple]) -> float | None:
+    """The rank thread's CPU time in a step outside its passes, per forward and backward (or
+    input-gradient) pass, median over the measured steps: torch's schedule runtime around the
+    passes (posting and waiting for messages, bookkeeping, the loss on the last stage)."""
+    per = []
+    for (t0, t1), cpu in zip(steps, step_cpu_ms):
+        passes = [r for r in record if t0 <= r[1] <= t1]
+        count = sum(1 for r in passes if r[0] != "W")
+        if count:
+            per.append(max(0.0, cpu - sum(r[3] for r in passes)) / count)
+    return float(statistics.median(per)) if per else None
 
 
 def head(out: Any) -> Any:
@@ -600,7 +623,7 @@ def torchrun_commands(script: str | Path, stages: int, *, nodes: int = 1, port: 
              str(script), *extra] for r in range(nodes)]
 
 
-def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int = 1, check: bool = False,
+def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int = WARMUP, check: bool = False,
            threads: int = 1, timeout: float = 300.0, device: str = "cpu") -> dict[str, Any]:
     """Run the plan's script under torchrun here and gather the ranks' figures.
 
@@ -646,6 +669,38 @@ def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int
             raise GraphError(f"torchrun failed: {rank_error(texts)}")
         ranks = [json.loads((Path(out) / f"rank{r}.json").read_text()) for r in range(p)]
     return _gather(plan, ranks, cmds, nodes)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    return None if not values or any(v is None for v in values) else float(sum(values) / len(values))
+
+
+def runtime_overhead(device: str = "cpu", *, threads: int = 1, timeout: float = 300.0) -> float:
+    """Milliseconds that torch's schedule runtime spends around each forward and backward pass
+    on this machine and backend, apart from the pass: `PROBE`'s plan run under torchrun here,
+    the ranks' thread CPU time per step outside their passes over their passes (median over
+    steps, mean over ranks; `main` measures it in every run as ``action_overhead_ms``). What
+    `devplace_lite.pipeline.planner.plan` takes as ``action_ms``. CPU (gloo) only: on a GPU
+    the passes are asynchronous and a thread's CPU time does not separate them.
+
+    Raises
+    ------
+    UsageError
+        A device other than ``"cpu"``.
+    GraphError
+        The run failed or took longer than ``timeout`` seconds.
+    """
+    from ..zoo import load
+    from .planner import plan
+
+    if device != "cpu":
+        raise UsageError(f"the runtime overhead is measured on CPU (gloo) only, not on {device!r}")
+    model, inputs = load(PROBE["model"], batch=PROBE["batch"])
+    p = plan(model, inputs, k=PROBE["k"], microbatches=PROBE["microbatches"], schedule=PROBE["schedule"], repeats=1,
+             model_spec=PROBE["model"])
+    with tempfile.TemporaryDirectory(prefix="devplace-probe-") as tmp:
+        run = launch(p.write(tmp)["plan"], steps=PROBE["steps"], threads=threads, timeout=timeout)
+    return float(run["action_overhead_ms"] or 0.0)
 
 
 def _stop(procs: list) -> None:
@@ -700,6 +755,7 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
         "step_ms": float(statistics.median(steps_ms)), "steps_ms": steps_ms,
         "stage_forward_cpu_ms": fwd, "stage_backward_cpu_ms": bwd,
         "stage_cpu_ms": [f + b for f, b in zip(fwd, bwd)], "step_cpu_replay_ms": _replay_measured(plan, cpu),
+        "action_overhead_ms": _mean([r.get("action_overhead_ms") for r in ranks]),
         "loss": next((r["loss"] for r in ranks if r["loss"] is not None), None),
         "param_bytes": [r["param_bytes"] for r in ranks],
         "activation_peak_bytes": [r["activation_peak_bytes"] for r in ranks],

@@ -86,7 +86,10 @@ class SegmentCosts:
     ``first_input_bytes`` the model inputs the first stage reads (a stage's input: what it keeps
     per micro-batch when it recomputes its activations); ``input_ms`` and ``weight_ms``: torch's
     input- and weight-gradient passes, measured (without ``weight_ms``, W is B - I; without
-    either, I and W are half of B each)."""
+    either, I and W are half of B each); ``action_ms``: what torch's schedule runtime spends
+    around each forward and each backward (or input-gradient) pass of a split over several
+    ranks, apart from the pass itself (its messages' posting and waiting, the bookkeeping:
+    `devplace_lite.pipeline.torchrun.runtime_overhead` measures it), added to those actions."""
 
     forward_ms: Sequence[float]
     backward_ms: Sequence[float]
@@ -99,11 +102,14 @@ class SegmentCosts:
     cut_bytes: Sequence[float] | None = None
     first_input_bytes: float = 0.0
     weight_ms: Sequence[float] | None = None
+    action_ms: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.forward_ms)
         if n == 0:
             raise UsageError("no segments to split")
+        if not (self.action_ms >= 0 and math.isfinite(self.action_ms)):
+            raise UsageError(f"action_ms must be a finite number >= 0, got {self.action_ms}")
         for name in ("backward_ms", "input_ms", "weight_ms", "static_bytes", "activation_bytes"):
             v = getattr(self, name)
             if v is not None and len(v) != n:
@@ -198,15 +204,19 @@ class _Split:
         return x if self.pw is not None else min(x, self.pb[j] - self.pb[i])
 
     def times(self, cuts: Sequence[int]) -> dict[str, list[float]]:
+        """Per stage: F, and B, I, W in training; the runtime's ``action_ms`` goes on the
+        passes that send or receive (F, B and I: W waits for nothing), over several stages only.
+        The bounds leave it out, which keeps them lower bounds (the replay is monotone)."""
         b = self.bounds(cuts)
-        f = [self.pf[j] - self.pf[i] for i, j in b]
+        o = self.c.action_ms if len(b) > 1 else 0.0
+        f = [self.pf[j] - self.pf[i] + o for i, j in b]
         out = {"F": f}
         if self.training:
             bb = [self.pb[j] - self.pb[i] for i, j in b]
             ii = [self._input(i, j) for i, j in b]
             ww = [x - y for x, y in zip(bb, ii)] if self.pw is None else \
                 [x if i == 0 else self.pw[j] - self.pw[i] for (i, j), x in zip(b, bb)]
-            out.update(B=bb, I=ii, W=ww)
+            out.update(B=[x + o for x in bb], I=[x + o for x in ii], W=ww)
         return out
 
     def stage_bound(self, i: int, j: int, m: int) -> float:
