@@ -166,9 +166,10 @@ def test_calibration_scales_each_stage_and_keeps_the_better(graph, tmp_path, mon
                 "stage_cpu_ms": [x * scale for x in fc["compute_ms"]], "step_cpu_replay_ms": fc["step_ms"] * scale}
 
     monkeypatch.setattr(tr, "launch", fake_launch)
-    first = _fake_run(p, 3.0)
+    first = {**_fake_run(p, 3.0), "action_overhead_ms": 0.25}
     cal = calibrate(p, tmp_path, first=first)
     assert cal["stage_scales"]["F"][0] == pytest.approx(3.0) and cal["stage_scales"]["F"][1:] == pytest.approx([1.0])
+    assert calls[-1]["forecast"]["action_ms"] == 0.25  # the re-plan prices the runtime per pass as the run measured
     assert cal["kept"] == kept and cal["max_error_kept"] == min(cal["max_error_before"], cal["max_error_after"])
     written = json.loads((tmp_path / "plan.json").read_text())
     want = calls[-1] if kept == "calibrated" else json.loads((tmp_path / "uncalibrated" / "plan.json").read_text())

@@ -12,7 +12,8 @@
   step under any of torch's schedules (`devplace_lite.schedules`), memory per rank, calibration,
   and the splits practitioners use (`planner.with_method`, `planner.even_split`) scored alike;
 * `torchrun` — the one runner: a plan's script under ``torchrun``, one process per rank, on
-  one machine or several, with per-stage CPU times, memory and an exactness check;
+  one machine or several, with per-stage CPU times, memory and an exactness check, and the
+  probe of torch's schedule runtime that a plan for a run prices (`runtime_overhead`);
 * `resources` — how many ranks this machine can host (no torch needed on CPU);
 * `profile` — beside the road: the FLOP/bytes cost model that makes the layer- and
   operator-level graphs the partitioning chapters study (``devplace profile``, ``data/graphs``),
@@ -33,7 +34,7 @@ _WHERE = {
     "segment_graph": "capture", "Split": "split", "split_module": "split",
     "PipelinePlan": "planner", "plan": "planner", "plan_graph": "planner", "calibrate": "planner",
     "with_method": "planner", "with_stages": "planner", "even_split": "planner", "segment_profile": "planner",
-    "launch": "torchrun", "ActivationMeter": "torchrun",
+    "launch": "torchrun", "ActivationMeter": "torchrun", "runtime_overhead": "torchrun",
     "available_devices": "resources", "check_resources": "resources", "device_name": "resources",
 }
 

@@ -414,6 +414,7 @@ class PipelinePlan:
                 "compute_ms": self.compute_ms, "load_ms": self.load_ms, "step_ms": sim.step_ms,
                 "rank_busy_ms": sim.rank_busy_ms, "rank_idle_ms": sim.rank_idle_ms,
                 "rank_peak_bytes": sim.rank_peak_bytes, "clock": self.graph.meta.get("clock", "thread CPU time"),
+                "action_ms": self.costs.action_ms if self.num_stages > 1 else 0.0,
                 "how": f"replay of {_SCHEDULES[self.schedule].torch_class}'s action order "
                        "(devplace_lite.schedules.simulate)",
                 "events": [[r, a.kind, a.stage, a.microbatch, round(t0, 6), round(t1, 6)]
@@ -993,7 +994,8 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
               first: dict[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
     """Run ``p`` under torchrun, scale each stage's forward, backward, input- and weight-gradient
     times by measured / forecast (one factor per stage and action kind, applied to that stage's
-    segments), re-plan with the scaled profile, run that plan, and keep whichever forecast was
+    segments) and price torch's runtime per pass as the run measured it (``action_overhead_ms``),
+    re-plan with the scaled profile, run that plan, and keep whichever forecast was
     nearer its own run (the largest per-stage error of the compute forecast; ties keep the
     calibrated one): calibration never leaves the plan's forecast worse than it found it. The
     kept plan's files are in ``folder``; the first plan's also in ``folder/uncalibrated``.
@@ -1011,7 +1013,10 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
         p.write(Path(folder) / "uncalibrated")
     scales = _stage_scales(p, first)
     seg_stage = p.stage_of
-    q = plan_graph(scaled_graph(p.graph, *([scales[k][s] for s in seg_stage] for k in "FBIW")),
+    g = scaled_graph(p.graph, *([scales[k][s] for s in seg_stage] for k in "FBIW"))
+    if first.get("action_overhead_ms") is not None and p.num_stages > 1:  # the runtime per pass, as the run measured it
+        g.meta["segments"]["action_ms"] = float(first["action_overhead_ms"])
+    q = plan_graph(g,
                    k=p.k or p.ranks, per_rank=p.per_rank, microbatches=p.microbatches, schedule=p.schedule,
                    batch=p.batch, memory=p.memory, optimizer=p.optimizer, method=p.method,
                    time_limit=max(1.0, p.seconds.get("bound", 1.0) + 1.0), seed=p.seed,

@@ -716,17 +716,20 @@ def _stop(procs: list) -> None:
                     pass
 
 
-def _replay_measured(plan: dict, cpu: dict[str, float]) -> float | None:
-    """The schedule's replay with the run's own least CPU time of every stage and action kind,
-    no transfers: the step a machine with one free core per rank would take (a wall-clock step
-    on a shared machine also holds the other processes' time)."""
+def _replay_measured(plan: dict, cpu: dict[str, float], overhead: float | None = None) -> float | None:
+    """The schedule's replay with the run's own least CPU time of every stage and action kind
+    (plus the runtime's measured ``overhead`` on each forward and backward or input-gradient
+    pass, as the forecast prices it), no transfers: the step a machine with one free core per
+    rank would take (a wall-clock step on a shared machine also holds the other processes' time)."""
     from ..schedules.simulate import simulate
 
     n = int(plan["stages"])
+    o = (overhead or 0.0) if n > 1 else 0.0
     f = [cpu.get(f"{s}:F", 0.0) for s in range(n)]
     i = [cpu.get(f"{s}:I", 0.0) for s in range(n)]
     w = [cpu.get(f"{s}:W", 0.0) for s in range(n)]
     b = [cpu.get(f"{s}:B", i[s] + w[s]) for s in range(n)]
+    f, i, b = ([x + o for x in xs] for xs in (f, i, b))
     times = {"F": f, "B": b, "I": i, "W": w} if plan["training"] else {"F": f}
     try:
         return simulate(plan["schedule"], int(plan.get("ranks", n)), int(plan["microbatches"]), times,
@@ -742,6 +745,7 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
     # the least CPU time of each stage's actions: interference only ever adds CPU time
     cpu = {key: ms for r in ranks for key, ms in r["cpu_ms"].items()}
     n_stages = int(plan["stages"])
+    overhead = _mean([r.get("action_overhead_ms") for r in ranks])
     fwd = [cpu.get(f"{s}:F", 0.0) for s in range(n_stages)]
     inp = [cpu.get(f"{s}:I") for s in range(n_stages)]
     wgt = [cpu.get(f"{s}:W") for s in range(n_stages)]
@@ -754,8 +758,8 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
         "backend": ranks[0]["backend"], "schedule": plan["schedule"], "microbatches": plan["microbatches"],
         "step_ms": float(statistics.median(steps_ms)), "steps_ms": steps_ms,
         "stage_forward_cpu_ms": fwd, "stage_backward_cpu_ms": bwd,
-        "stage_cpu_ms": [f + b for f, b in zip(fwd, bwd)], "step_cpu_replay_ms": _replay_measured(plan, cpu),
-        "action_overhead_ms": _mean([r.get("action_overhead_ms") for r in ranks]),
+        "stage_cpu_ms": [f + b for f, b in zip(fwd, bwd)], "action_overhead_ms": overhead,
+        "step_cpu_replay_ms": _replay_measured(plan, cpu, overhead),
         "loss": next((r["loss"] for r in ranks if r["loss"] is not None), None),
         "param_bytes": [r["param_bytes"] for r in ranks],
         "activation_peak_bytes": [r["activation_peak_bytes"] for r in ranks],
