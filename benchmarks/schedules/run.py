@@ -10,7 +10,9 @@ Recorded per case:
 * **forecast step**: the replay of torch's action order with the profile's stage times
   (thread CPU time of one micro-batch's F, B, I, W per stage);
 * **measured replay**: the same replay with the run's own least CPU time of every stage and
-  action kind: what the step takes with one free core per rank. forecast / measured replay is
+  action kind (and the runtime around each pass as the run measured it, where the forecast
+  prices the probe's: `devplace_lite.pipeline.torchrun.runtime_overhead`, measured once at the
+  start as ``devplace plan --run`` does): what the step takes with one free core per rank. forecast / measured replay is
   the forecast's error that a quiet machine would show, with the load taken out;
 * **wall step**: the median wall time of the run's steps (the machine's load included);
 * **peak memory per rank**: parameters, gradients and the high-water mark of saved activations
@@ -60,7 +62,7 @@ def measure(p, steps: int) -> dict[str, Any]:
 
     sim = p.simulation()
     with tempfile.TemporaryDirectory(prefix="devplace-sched-") as tmp:
-        run = launch(p.write(tmp)["plan"], steps=steps, warmup=1, timeout=900)
+        run = launch(p.write(tmp)["plan"], steps=steps, timeout=900)
     return {"stages": p.num_stages, "ranks": p.ranks, "split_points": p.split_points,
             "forecast_step_ms": sim.step_ms, "forecast_rank_peak_bytes": sim.rank_peak_bytes,
             "forecast_events": [[r, a.kind, a.stage, a.microbatch, s, e] for r, a, s, e in sim.events],
@@ -71,21 +73,22 @@ def measure(p, steps: int) -> dict[str, Any]:
             "memory_ratios": [f / m for f, m in zip(sim.rank_peak_bytes, run["peak_memory"])]}
 
 
-def profiled(name: str):
-    """``(spec, graph)``: external model ``name`` profiled once into its segment graph."""
+def profiled(name: str, action_ms: float = 0.0):
+    """``(spec, graph)``: external model ``name`` profiled once into its segment graph, torch's
+    runtime priced at ``action_ms`` per pass."""
     from devplace_lite.pipeline.planner import segment_profile
     from devplace_lite.zoo import load
 
     spec = f"devplace_lite.zoo.external:{name}"
     model, inputs = load(spec, batch=BATCH)
-    return spec, segment_profile(model, inputs, MICRO, repeats=REPEATS, model_spec=spec)[0]
+    return spec, segment_profile(model, inputs, MICRO, repeats=REPEATS, model_spec=spec, action_ms=action_ms)[0]
 
 
-def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
+def case(name: str, schedules: list[str], steps: int, action_ms: float = 0.0) -> list[dict[str, Any]]:
     from devplace_lite.pipeline.planner import plan_graph
     from devplace_lite.zoo import external
 
-    spec, graph = profiled(name)
+    spec, graph = profiled(name, action_ms)
     rows = []
     for sched in schedules:
         row: dict[str, Any] = {"model": name, "family": external.MODELS[name], "schedule": sched,
@@ -148,9 +151,12 @@ own schedule class (gloo, one thread per rank). Columns:
 * **forecast step**: the replay of torch's action order with the profile's per-stage F, B, I, W
   CPU times (`devplace_lite.schedules.simulate`); the profile (`measure_segments`, 10 rounds
   over every segment and the model timed whole) gives each segment its median share of a
-  round times the least round, scaled so that the segments sum to the model timed whole;
+  round times the least round, scaled so that the segments sum to the model timed whole; plus
+  torch's runtime around each forward and backward pass, measured once at the start as
+  `devplace plan --run` measures it (`runtime_overhead`: a small zoo model's run);
 * **measured replay**: the same replay with the run's own least CPU time of every stage and
-  action kind, the step a machine with one free core per rank would take; forecast / replay is
+  action kind, plus the runtime per pass this run measured (its ranks' CPU time outside their
+  passes), the step a machine with one free core per rank would take; forecast / replay is
   the forecast's error with most of the machine's load taken out (see below: not all of it);
 * **wall step**: the run's median step, wall clock, load included (not comparable to the
   forecast here: each rank gets a fraction of a core);
@@ -277,12 +283,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
+    from devplace_lite.pipeline.torchrun import runtime_overhead
+
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    action_ms = runtime_overhead()  # what `devplace plan --run` prices: measured once, as the command does
+    print(f"torch's runtime per pass: {action_ms:.3f} ms", flush=True)
     for name in args.models:
         print(f"-- {name}", flush=True)
         try:
-            rows += case(name, args.schedules, args.steps)
+            rows += case(name, args.schedules, args.steps, action_ms)
         except Exception as e:
             rows.append({"model": name, "family": external.MODELS.get(name, "?"), "schedule": "-",
                          "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
@@ -290,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "python": platform.python_version(),
             "command": "python -m benchmarks.schedules.run " + shlex.join(sys.argv[1:] if argv is None else argv),
             "seconds": time.perf_counter() - t0, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "k": K, "microbatches": MICRO, "batch": BATCH, "clock": "thread CPU time, one thread per rank"}
+            "k": K, "microbatches": MICRO, "batch": BATCH, "clock": "thread CPU time, one thread per rank",
+            "action_ms": action_ms}
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(table(rows))
     if Path(args.out).resolve() == RESULTS.resolve():
