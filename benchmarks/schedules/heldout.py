@@ -41,7 +41,7 @@ MODELS = ["shufflenet", "regnet", "distilbert", "gpt_neo"]
 TARGET_MEDIAN, TARGET_WORST = 0.15, 0.25
 # What the recorded run shows, kept beside its table (measured, see the text).
 _FINDINGS = """
-What the runs on record show (three rounds over the sixteen cases, 12:10-12:46 UTC):
+What the runs on record show (three rounds over the sixteen cases, 12:23-12:46 UTC):
 
 * **Since the table before (10:12 UTC, one round: median 41.8 %, 4 of 16 within 25 %)** the
   forecast prices torch's schedule runtime around each pass: `devplace plan --run` first runs a
