@@ -164,8 +164,24 @@ own schedule class (gloo, one thread per rank). Columns:
   the last stage's outputs and targets held for the step) over the measured one (parameters,
   gradients and the high-water mark of saved tensors in the run).
 
-What this table changed (issue 27; the table before it read a median error of 17.5 %, worst
-54.2 %, at load 4.7-15.5):
+What this table changed (the table before it read a median error of 10.4 %, worst 41.9 %, at
+load 1.5-3.3; this one was run at load 0.9-1.9):
+
+* **torch's runtime around each pass, on both sides.** A rank's thread spends CPU time
+  outside its passes: posting and waiting for each message, the schedule's bookkeeping, the
+  loss and the merged outputs on the last stage. The forecast now prices what
+  `runtime_overhead` measures on a small zoo model before planning (0.31 ms per forward and
+  per backward here, as `devplace plan --run` does), and the measured replay adds what each
+  run's ranks spent outside their passes per pass. The worst row, ViT under 1F1B at 0.58,
+  reads 0.91; the largest errors left are GPT-2 under interleaved 1F1B (0.81), ConvNeXt under
+  1F1B and ZB-V (0.83, 1.16) and ResNet-18 under GPipe (0.84), off in both directions: a
+  profile and a run a minute apart see the machine at different speeds (its host's speed
+  phases, `heldout.md`);
+* **three warm-up steps, not one**: the first steps after one warm-up fault their buffers in
+  (up to 5.5x the later ones), which the wall column held.
+
+What the table before that one changed (issue 27; the table before it read a median error of
+17.5 %, worst 54.2 %, at load 4.7-15.5):
 
 * **torch's split backward, timed as torch runs it.** The profile timed the input-gradient
   pass with `autograd.grad` and priced the weight pass as the rest, `W = B - I`. torch's
