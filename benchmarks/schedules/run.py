@@ -165,7 +165,7 @@ own schedule class (gloo, one thread per rank). Columns:
   gradients and the high-water mark of saved tensors in the run).
 
 What this table changed (the table before it read a median error of 10.4 %, worst 41.9 %, at
-load 1.5-3.3; this one was run at load 0.9-1.9):
+load 1.5-3.3; this one was run at load 0.9-1.8):
 
 * **torch's runtime around each pass, on both sides.** A rank's thread spends CPU time
   outside its passes: posting and waiting for each message, the schedule's bookkeeping, the
