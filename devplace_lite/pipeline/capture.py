@@ -49,7 +49,10 @@ How
    ``spec`` each run is priced instead by that GPU's roofline of the kernels it launched (the
    profiler's FLOP and bytes count, `devplace_lite.pipeline.profile.KernelLog`). Also recorded:
    the bytes of the parameters each segment holds, the activations autograd saves for its
-   backward, and the bytes of every value passed between segments.
+   backward (and which values several segments save: a producer its output and a consumer the
+   same tensor as its input, one tensor inside a stage but a copy per segment here,
+   ``shared_saves``, counted once a stage by the planner), and the bytes of every value
+   passed between segments.
 4. **Graph** (`segment_graph`): one node per segment (and per model input, a zero-cost source
    on the first stage), an edge per value passed, backward nodes paired by colour in
    training. ``comm`` is the bytes a segment sends on, over the link.
@@ -602,6 +605,10 @@ class SegmentTimes:
     whole_ms: dict[str, float] | None = None
     #: Segments that the deadline gave fewer than ``repeats`` timed runs (each got one at least).
     cut_short: int = 0
+    #: Training: values that several segments save for their backward (a producer its output, a
+    #: consumer its input), ``(bytes, [segments that save it])``: one tensor inside a stage, a
+    #: copy per segment in the profile (each segment gets fresh inputs), so counted once a stage.
+    shared_saves: list[tuple[int, list[int]]] = field(default_factory=list)
 
 
 def _bytes(v: Any) -> int:
@@ -614,12 +621,20 @@ class _Saved:
     def __init__(self, skip: set[int]) -> None:
         self.skip, self.seen, self.total = skip, set(), 0
 
+    @staticmethod
+    def _key(t: torch.Tensor) -> tuple:
+        return t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)
+
     def pack(self, t: torch.Tensor) -> torch.Tensor:
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        key = self._key(t)
         if id(t) not in self.skip and key not in self.seen:
             self.seen.add(key)
             self.total += t.numel() * t.element_size()
         return t
+
+    def saved(self, v: Any) -> int:
+        """Bytes of ``v`` if it is a tensor this meter saw saved, else 0."""
+        return v.numel() * v.element_size() if isinstance(v, torch.Tensor) and self._key(v) in self.seen else 0
 
     @staticmethod
     def unpack(t: torch.Tensor) -> torch.Tensor:
@@ -771,6 +786,8 @@ def _timed_pass(m: nn.Module, args: Sequence[Any], grad: Sequence[bool], trainin
         if meter is not None:
             with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
                 out.append(m(*xs))
+            tops = list(out[0]) if isinstance(out[0], (tuple, list)) else [out[0]]
+            meter.inputs, meter.outputs = [meter.saved(x) for x in xs], [meter.saved(y) for y in tops]
             return None, None, None, None, out[0]
         f_ms = clock(lambda: out.append(m(*xs)))
     ys = _outputs(out[0]) if training else []
@@ -893,6 +910,8 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     torch.set_num_threads(threads)
     n = cap.num_segments
     acts, outb = [0] * n, [0] * n
+    saves_in: list[list[int]] = [[] for _ in range(n)]
+    saves_out: list[list[int]] = [[] for _ in range(n)]
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
     calls: list[tuple[nn.Module, list[Any], list[bool]]] = []
     try:
@@ -906,6 +925,8 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             meter = _Saved({id(p) for p in ps})
             out = _timed_pass(m, args, _grads(src), training, clock, meter)[4]
             acts[i] = int(meter.total if training else _bytes(out))
+            if training:
+                saves_in[i], saves_out[i] = meter.inputs, meter.outputs
             outb[i] = _bytes(out)
             calls.append((m, _model_layout(m, args, cap.layouts), _grads(src)))
         # a roofline prices kernels, and the boundaries' copies are kernels a stage runs too
@@ -944,7 +965,31 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                         input_bytes=[_bytes(x) for x in cap.example], device=device, backward_input_ms=bin_,
                         backward_weight_ms=wgt, output_bytes=outb, spec=None if spec is None else str(spec).upper(),
                         boundary_scale=scale, whole_ms=whole_ms,
-                        cut_short=n if len(rounds) < repeats else 0)
+                        cut_short=n if len(rounds) < repeats else 0,
+                        shared_saves=_shared_saves(inputs, saves_in, saves_out))
+
+
+def _shared_saves(inputs: Sequence[Sequence[tuple]], saves_in: Sequence[Sequence[int]],
+                  saves_out: Sequence[Sequence[int]]) -> list[tuple[int, list[int]]]:
+    """The values more than one segment saves: ``(bytes, segments)`` (see `SegmentTimes`).
+    A value is a model input or a producer's output position; its producer counts when it
+    saved that output (a value the boundary copied is the copy there, and is not matched:
+    the count errs high, as before)."""
+    by_value: dict[tuple, tuple[int, list[int]]] = {}
+    for i, ins in enumerate(inputs):
+        for k, (src, position, _, _) in enumerate(ins):
+            b = saves_in[i][k] if k < len(saves_in[i]) else 0
+            if not b:
+                continue
+            key = (src, position)
+            size, segs = by_value.setdefault(key, (b, []))
+            segs.append(i)
+            if not isinstance(src, str) and len(segs) == 1:
+                outs = saves_out[src]
+                q = 0 if position is None else position
+                if q < len(outs) and outs[q] == b:
+                    segs.insert(0, src)
+    return [(size, segs) for size, segs in by_value.values() if len(segs) > 1]
 
 
 def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = None,
@@ -1013,7 +1058,8 @@ def segment_graph(cap: Capture, times: SegmentTimes, *, link: float | None = Non
                      "backward_ms": times.backward_ms, "input_bytes": times.input_bytes,
                      "backward_input_ms": times.backward_input_ms, "backward_weight_ms": times.backward_weight_ms,
                      "output_bytes": times.output_bytes,
-                     "boundary_scale": times.boundary_scale, "whole_ms": times.whole_ms},
+                     "boundary_scale": times.boundary_scale, "whole_ms": times.whole_ms,
+                     "shared_saves": [[b, segs] for b, segs in times.shared_saves]},
         "tied": {k: v for k, v in cap.tied.items()}, "leaf_modules": list(cap.leaf_modules),
     }
     kind = "training" if times.training else "inference"

@@ -191,7 +191,8 @@ def segment_costs(graph: Graph, optimizer: str = "none", microbatches: int = 1) 
                         static_bytes=static,
                         activation_bytes=list(seg["activation_bytes"]), cut_ms=cut, cut_back_ms=back,
                         step_bytes=_loss_bytes(seg, microbatches) if training else 0.0, cut_bytes=cut_bytes,
-                        first_input_bytes=first_in, action_ms=float(seg.get("action_ms") or 0.0))
+                        first_input_bytes=first_in, action_ms=float(seg.get("action_ms") or 0.0),
+                        shared_saves=[(float(b), list(segs)) for b, segs in seg.get("shared_saves") or []])
 
 
 def _loss_bytes(seg: dict, microbatches: int) -> float:
@@ -378,8 +379,8 @@ class PipelinePlan:
 
         seg = self.graph.meta["segments"]
         params, grads = self._sum(seg["param_bytes"]), self._sum(seg["grad_bytes"])
-        acts = self._sum(seg["activation_bytes"])
-        inputs = stage_bytes(self.costs, self.cuts)["input_bytes"]
+        held = stage_bytes(self.costs, self.cuts)
+        acts, inputs = held["activation_bytes"], held["input_bytes"]
         flying = self.simulation().stage_in_flight
         rec = self.recompute_flags
         out = []

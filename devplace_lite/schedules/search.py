@@ -89,7 +89,9 @@ class SegmentCosts:
     either, I and W are half of B each); ``action_ms``: what torch's schedule runtime spends
     around each forward and each backward (or input-gradient) pass of a split over several
     ranks, apart from the pass itself (its messages' posting and waiting, the bookkeeping:
-    `devplace_lite.pipeline.torchrun.runtime_overhead` measures it), added to those actions."""
+    `devplace_lite.pipeline.torchrun.runtime_overhead` measures it), added to those actions;
+    ``shared_saves``: ``(bytes, segments)`` of each value that several segments save for their
+    backward (one tensor inside a stage: counted once per stage, `stage_bytes`)."""
 
     forward_ms: Sequence[float]
     backward_ms: Sequence[float]
@@ -103,6 +105,7 @@ class SegmentCosts:
     first_input_bytes: float = 0.0
     weight_ms: Sequence[float] | None = None
     action_ms: float = 0.0
+    shared_saves: Sequence[tuple[float, Sequence[int]]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.forward_ms)
@@ -189,8 +192,6 @@ class _Split:
             [min(b, i + w) for b, i, w in zip(back, inp, c.weight_ms)]
         self.pwork = _prefix(work)
         self.ptail = _prefix([min(i, b) for i, b in zip(inp, back)])
-        self.ps = _prefix(c.static_bytes or [0.0] * n)
-        self.pa = _prefix(c.activation_bytes or [0.0] * n)
 
     def bounds(self, cuts: Sequence[int]) -> list[tuple[int, int]]:
         edges = [0, *cuts, self.c.n]
@@ -267,12 +268,22 @@ def stage_bytes(c: SegmentCosts, cuts: Sequence[int]) -> dict[str, list[float]]:
     >>> c = SegmentCosts([1, 1], [2, 2], activation_bytes=[8, 6], cut_bytes=[3], first_input_bytes=2)
     >>> stage_bytes(c, [1])["input_bytes"]
     [2.0, 3.0]
+    >>> c = SegmentCosts([1, 1], [2, 2], activation_bytes=[8, 6], shared_saves=[(4, [0, 1])])
+    >>> stage_bytes(c, [])["activation_bytes"], stage_bytes(c, [1])["activation_bytes"]
+    ([10.0], [8.0, 6.0])
     """
     edges = [0, *cuts, c.n]
     pairs = list(zip(edges, edges[1:]))
     ps, pa = _prefix(c.static_bytes or [0.0] * c.n), _prefix(c.activation_bytes or [0.0] * c.n)
+
+    def repeats(i: int, j: int) -> float:
+        """Bytes counted more than once in the stage of segments ``i..j-1``: a value several of
+        them save is one tensor there."""
+        inside = ((b, sum(1 for x in segs if i <= x < j)) for b, segs in c.shared_saves or ())
+        return float(sum(b * (k - 1) for b, k in inside if k > 1))
+
     return {"static_bytes": [ps[j] - ps[i] + (c.step_bytes if j == c.n else 0.0) for i, j in pairs],
-            "activation_bytes": [pa[j] - pa[i] for i, j in pairs],
+            "activation_bytes": [pa[j] - pa[i] - repeats(i, j) for i, j in pairs],
             "input_bytes": [float(c.first_input_bytes) if i == 0 else
                             (float(c.cut_bytes[i - 1]) if c.cut_bytes is not None else 0.0) for i, _ in pairs]}
 
