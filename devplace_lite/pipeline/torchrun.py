@@ -19,6 +19,9 @@ ranks wrote:
   backward), the CPU time of one micro-batch on the rank's thread (the least over micro-batches
   and steps: a shared machine's load does not inflate it), the wall time of each step, the last
   step's actions (for a Gantt chart), and the schedule's replay with those CPU times;
+* per rank, its thread's CPU time outside its passes per forward and backward pass
+  (``action_overhead_ms``: torch's schedule runtime, messages and bookkeeping), which
+  `runtime_overhead` measures on a small zoo model for a plan to price before its run;
 * per rank, the peak memory: parameters, their gradients when training, and the high-water
   mark of the activations autograd saves, counted in the first step (the counting hooks cost
   CPU time, so the measured steps run without them);
