@@ -377,7 +377,8 @@ def test_a_broadcast_value_at_a_boundary_is_profiled_as_the_copy_it_is_sent_as()
 
 
 def test_the_runtime_overhead_is_the_thread_s_time_outside_its_passes_per_pass():
-    from devplace_lite.pipeline.torchrun import _overhead, runtime_overhead
+    from devplace_lite.pipeline.planner import runtime_overhead
+    from devplace_lite.pipeline.torchrun import _overhead
 
     record = [("F", 0.1, 0.2, 10.0, 0, 0), ("B", 0.3, 0.4, 20.0, 0, 0), ("W", 0.5, 0.6, 5.0, 0, 0),
               ("F", 1.1, 1.2, 10.0, 0, 0), ("B", 1.3, 1.4, 20.0, 0, 0)]

@@ -11,7 +11,7 @@ Recorded per case:
   (thread CPU time of one micro-batch's F, B, I, W per stage);
 * **measured replay**: the same replay with the run's own least CPU time of every stage and
   action kind (and the runtime around each pass as the run measured it, where the forecast
-  prices the probe's: `devplace_lite.pipeline.torchrun.runtime_overhead`, measured once at the
+  prices the probe's: `devplace_lite.pipeline.planner.runtime_overhead`, measured once at the
   start as ``devplace plan --run`` does): what the step takes with one free core per rank. forecast / measured replay is
   the forecast's error that a quiet machine would show, with the load taken out;
 * **wall step**: the median wall time of the run's steps (the machine's load included);
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    from devplace_lite.pipeline.torchrun import runtime_overhead
+    from devplace_lite.pipeline.planner import runtime_overhead
 
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()

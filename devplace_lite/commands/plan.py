@@ -48,7 +48,7 @@ the first choice planned. ``--run`` and ``--calibrate`` runs come after the limi
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast. Before planning, a
 CPU run (``-k`` above 1) first measures what torch's schedule runtime spends around each pass
-on this machine (`devplace_lite.pipeline.torchrun.runtime_overhead`, about 8 s: a small zoo
+on this machine (`devplace_lite.pipeline.planner.runtime_overhead`, about 8 s: a small zoo
 model's run) and the forecast prices it on every forward and backward; ``--check``
 compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
 each stage's forward, backward, input- and weight-gradient times by measured / forecast, re-plans
@@ -226,8 +226,8 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
-    from ..pipeline.planner import calibrate, plan, plan_auto
-    from ..pipeline.torchrun import launch, runtime_overhead
+    from ..pipeline.planner import calibrate, plan, plan_auto, runtime_overhead
+    from ..pipeline.torchrun import launch
     from ..zoo import load
 
     auto_m = args.microbatches == "auto"

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -578,6 +579,10 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     return plan
 
 
+#: The model, split and schedule `runtime_overhead` runs (a zoo model: no download, no torch.hub).
+PROBE = {"model": "resnet50", "k": 2, "schedule": "gpipe", "microbatches": 8, "batch": 16, "steps": 5}
+
+
 def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int = 4, schedule: str = "1f1b",
          training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
          granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
@@ -622,7 +627,7 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     action_ms : float
         What torch's schedule runtime spends around each pass apart from the pass (messages,
         bookkeeping), priced on every forward and backward of a split over several ranks:
-        `devplace_lite.pipeline.torchrun.runtime_overhead` measures it for the backend that
+        `runtime_overhead` measures it for the backend that
         will run the plan (0: not priced).
 
     Returns
@@ -665,6 +670,34 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     p.model_spec, p.capture = model_spec, cap
     p.seconds = {**seconds, **p.seconds, "total": time.monotonic() - started}
     return p
+
+
+def runtime_overhead(device: str = "cpu", *, threads: int = 1, timeout: float = 300.0) -> float:
+    """Milliseconds that torch's schedule runtime spends around each forward and backward pass
+    on this machine and backend, apart from the pass: `PROBE`'s plan run under torchrun here,
+    the ranks' thread CPU time per step outside their passes over their passes (median over
+    steps, mean over ranks; `torchrun.main` measures it in every run as ``action_overhead_ms``).
+    What `plan` takes as ``action_ms``. CPU (gloo) only: on a GPU
+    the passes are asynchronous and a thread's CPU time does not separate them.
+
+    Raises
+    ------
+    UsageError
+        A device other than ``"cpu"``.
+    GraphError
+        The run failed or took longer than ``timeout`` seconds.
+    """
+    from ..zoo import load
+    from .torchrun import launch
+
+    if device != "cpu":
+        raise UsageError(f"the runtime overhead is measured on CPU (gloo) only, not on {device!r}")
+    model, inputs = load(PROBE["model"], batch=PROBE["batch"])
+    p = plan(model, inputs, k=PROBE["k"], microbatches=PROBE["microbatches"], schedule=PROBE["schedule"], repeats=1,
+             model_spec=PROBE["model"])
+    with tempfile.TemporaryDirectory(prefix="devplace-probe-") as tmp:
+        run = launch(p.write(tmp)["plan"], steps=PROBE["steps"], threads=threads, timeout=timeout)
+    return float(run["action_overhead_ms"] or 0.0)
 
 
 def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool = True, granularity: str = "block",

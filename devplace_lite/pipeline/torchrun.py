@@ -21,7 +21,8 @@ ranks wrote:
   step's actions (for a Gantt chart), and the schedule's replay with those CPU times;
 * per rank, its thread's CPU time outside its passes per forward and backward pass
   (``action_overhead_ms``: torch's schedule runtime, messages and bookkeeping), which
-  `runtime_overhead` measures on a small zoo model for a plan to price before its run;
+  `devplace_lite.pipeline.planner.runtime_overhead` measures on a small zoo model for a plan to
+  price before its run;
 * per rank, the peak memory: parameters, their gradients when training, and the high-water
   mark of the activations autograd saves, counted in the first step (the counting hooks cost
   CPU time, so the measured steps run without them);
@@ -79,8 +80,6 @@ from .resources import check_resources, free_port
 #: warm-up step left the next steps at up to 5.5x the later ones (DistilBERT 104, 83, 66 ms,
 #: then 62; ShuffleNet 662, 161, 147, then 120), with 125-3,440 minor faults a step, none later.
 WARMUP = 3
-#: The model, split and schedule `runtime_overhead` runs (a zoo model: no download, no torch.hub).
-PROBE = {"model": "resnet50", "k": 2, "schedule": "gpipe", "microbatches": 8, "batch": 16, "steps": 5}
 
 
 class ActivationMeter:
@@ -676,34 +675,6 @@ def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int
 
 def _mean(values: Sequence[float | None]) -> float | None:
     return None if not values or any(v is None for v in values) else float(sum(values) / len(values))
-
-
-def runtime_overhead(device: str = "cpu", *, threads: int = 1, timeout: float = 300.0) -> float:
-    """Milliseconds that torch's schedule runtime spends around each forward and backward pass
-    on this machine and backend, apart from the pass: `PROBE`'s plan run under torchrun here,
-    the ranks' thread CPU time per step outside their passes over their passes (median over
-    steps, mean over ranks; `main` measures it in every run as ``action_overhead_ms``). What
-    `devplace_lite.pipeline.planner.plan` takes as ``action_ms``. CPU (gloo) only: on a GPU
-    the passes are asynchronous and a thread's CPU time does not separate them.
-
-    Raises
-    ------
-    UsageError
-        A device other than ``"cpu"``.
-    GraphError
-        The run failed or took longer than ``timeout`` seconds.
-    """
-    from ..zoo import load
-    from .planner import plan
-
-    if device != "cpu":
-        raise UsageError(f"the runtime overhead is measured on CPU (gloo) only, not on {device!r}")
-    model, inputs = load(PROBE["model"], batch=PROBE["batch"])
-    p = plan(model, inputs, k=PROBE["k"], microbatches=PROBE["microbatches"], schedule=PROBE["schedule"], repeats=1,
-             model_spec=PROBE["model"])
-    with tempfile.TemporaryDirectory(prefix="devplace-probe-") as tmp:
-        run = launch(p.write(tmp)["plan"], steps=PROBE["steps"], threads=threads, timeout=timeout)
-    return float(run["action_overhead_ms"] or 0.0)
 
 
 def _stop(procs: list) -> None:

@@ -89,7 +89,7 @@ class SegmentCosts:
     either, I and W are half of B each); ``action_ms``: what torch's schedule runtime spends
     around each forward and each backward (or input-gradient) pass of a split over several
     ranks, apart from the pass itself (its messages' posting and waiting, the bookkeeping:
-    `devplace_lite.pipeline.torchrun.runtime_overhead` measures it), added to those actions;
+    `devplace_lite.pipeline.planner.runtime_overhead` measures it), added to those actions;
     ``shared_saves``: ``(bytes, segments)`` of each value that several segments save for their
     backward (one tensor inside a stage: counted once per stage, `stage_bytes`)."""
 
