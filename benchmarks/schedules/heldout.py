@@ -75,7 +75,7 @@ What the runs on record show (three rounds over the sixteen cases, 12:23-12:46 U
 * **Memory since (commit e9ada29, after this table):** the profile counted a value twice where
   one segment saves it as its output and the next as its input (each segment gets fresh
   copies; inside a stage it is one tensor). Counted once a stage now, each case planned
-  (`plan`, 2 repeats) and run (`launch`, one step) once more for memory alone (13:38-13:46
+  (`plan`, 2 repeats) and run (`launch`, one step) once more for memory alone (13:35-13:40
   UTC, beside a test run: memory does not depend on the load): 32 of 32 ranks within 25 %,
   median 2.0 %, worst 19.9 % (ShuffleNet's second rank under ZB-V); ShuffleNet's first rank
   under GPipe 5.9 % (was 29.3 %).
