@@ -50,10 +50,10 @@ def hand_splits(p, graph) -> dict[str, list[int]]:
             "time": method_split(p, "time")}
 
 
-def case(name: str, schedules: list[str], steps: int) -> list[dict[str, Any]]:
+def case(name: str, schedules: list[str], steps: int, action_ms: float = 0.0) -> list[dict[str, Any]]:
     from devplace_lite.pipeline.planner import plan_graph, with_stages
 
-    spec, graph = profiled(name)
+    spec, graph = profiled(name, action_ms)
     rows = []
     for sched in schedules:
         row: dict[str, Any] = {"model": name, "schedule": sched, "load_before": _load_avg(), "splits": {}}
@@ -118,15 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
+    from devplace_lite.pipeline.planner import runtime_overhead
+
     t0, rows = time.perf_counter(), []
+    action_ms = runtime_overhead()  # the plan prices torch's runtime per pass, as `devplace plan --run` does
     for name in args.models:
         print(f"-- {name}", flush=True)
-        rows += case(name, args.schedules, args.steps)
+        rows += case(name, args.schedules, args.steps, action_ms)
     meta = {"machine": f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores), shared",
             "torch": torch.__version__, "python": platform.python_version(),
             "command": "python -m benchmarks.schedules.splits " + shlex.join(sys.argv[1:] if argv is None else argv),
             "seconds": time.perf_counter() - t0, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "k": K, "microbatches": MICRO, "batch": BATCH}
+            "k": K, "microbatches": MICRO, "batch": BATCH, "action_ms": action_ms}
     (HERE / "splits.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     loads = "; ".join(f"{r['model']} {r['schedule']} {r['load_before']}" for r in rows)
     (HERE / "splits.md").write_text(
