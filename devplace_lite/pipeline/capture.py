@@ -620,6 +620,9 @@ class _Saved:
 
     def __init__(self, skip: set[int]) -> None:
         self.skip, self.seen, self.total = skip, set(), 0
+        #: After a pass (`_timed_pass`): bytes saved of each input, and of each top-level output.
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
 
     @staticmethod
     def _key(t: torch.Tensor) -> tuple:
