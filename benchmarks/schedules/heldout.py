@@ -13,7 +13,7 @@ rank). Wall clock only means something on a quiet machine (each rank needs a cor
 so the load average before and after each command is recorded; run it with nothing else on
 the machine:
 
-    python -m benchmarks.schedules.heldout [--models ...] [--schedules ...]
+    python -m benchmarks.schedules.heldout [--models ...] [--schedules ...] [--repeat N]
 
 Writes ``heldout.json`` and ``heldout.md`` beside this file. Benchmarks measure; nothing asserts.
 """
