@@ -15,7 +15,7 @@ the machine:
 
     python -m benchmarks.schedules.heldout [--models ...] [--schedules ...] [--repeat N]
 
-Writes ``heldout.json`` and ``heldout.md`` beside this file. Benchmarks measure; nothing asserts.
+Writes ``heldout.json`` and ``heldout.md`` beside this file, after every command. Benchmarks measure; nothing asserts.
 """
 
 from __future__ import annotations
@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     rows, best = [], [host_speed()]
+    command = "python -m benchmarks.schedules.heldout " + " ".join(argv if argv is not None else sys.argv[1:])
     for round_ in range(args.repeat):
         for model in args.models:
             for schedule in args.schedules:
@@ -231,15 +232,20 @@ def main(argv: list[str] | None = None) -> int:
                       f"forecast {r['forecast_step_ms']:.1f} ms, wall {r['run_step_ms']:.1f} ms ({r['time_error']:.1%}), "
                       f"memory errors {[round(e, 3) for e in r['memory_errors']]}, load {r['load_before']:.2f}"),
                       flush=True)
-    result = {"command": "python -m benchmarks.schedules.heldout " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "torch": torch.__version__,
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
+                _write(command, torch.__version__, rows)  # after every command: a run cut short keeps its rows
+    return 0
+
+
+def _write(command: str, torch_version: str, rows: list[dict[str, Any]]) -> None:
     from devplace_lite.files import write_text_atomic
 
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    result = {"command": command, "machine": f"{platform.machine()} {cpu}, {os.cpu_count()} cores", "torch": torch_version,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     write_text_atomic(HERE / "heldout.json", json.dumps(result, indent=1) + "\n")
     write_text_atomic(HERE / "heldout.md", "# Held-out models: forecast against the wall clock\n\n"
                       + (__doc__ or "").split("\n\n", 1)[1].split("Writes")[0] + report(result) + _FINDINGS)
-    return 0
 
 
 if __name__ == "__main__":
