@@ -19,7 +19,7 @@ from torch import nn  # noqa: E402
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.errors import UsageError  # noqa: E402
 from devplace_lite.graph import GraphError  # noqa: E402
-from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph  # noqa: E402
+from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph, to_device  # noqa: E402
 from devplace_lite.pipeline.tracer import Tracer  # noqa: E402
 from devplace_lite.pipeline.planner import even_split, method_split, plan, plan_graph, with_method  # noqa: E402
 from devplace_lite.pipeline.resources import check_resources  # noqa: E402
@@ -186,6 +186,25 @@ def test_gpipe_1f1b_and_inference_runs_equal_the_unsplit_model(skippy, tmp_path,
 
 
 # -- clear errors -----------------------------------------------------------------------------------
+def test_a_captured_segment_moved_to_a_device_makes_its_tensors_there():
+    """torch.export bakes the device it traced on into ops that make tensors (the zoo GPT's
+    position ids: ``torch.arange(t, device=ids.device)``); on an H100, `plan --device cuda`
+    failed with 'index is on cpu' until the segments' graphs were moved with their weights."""
+    from devplace_lite.zoo import load
+
+    model, inputs = load("gpt", batch=2)
+    cap = capture(model, inputs)
+
+    def baked(m: nn.Module) -> list:
+        return [n.kwargs["device"] for sub in m.modules() if isinstance(getattr(sub, "graph", None), torch.fx.Graph)
+                for n in sub.graph.nodes if n.op == "call_function" and "device" in n.kwargs]
+
+    assert cap.how == "torch.export" and torch.device("cpu") in baked(cap.modules[0])
+    moved = [to_device(m, "meta") for m in cap.modules]
+    assert {d for m in moved for d in baked(m)} == {torch.device("meta")}
+    assert all(p.is_meta for m in moved for p in m.parameters())
+
+
 def test_more_gpu_ranks_than_gpus_is_one_line():
     with pytest.raises(GraphError, match="GPUs"):
         check_resources(torch.cuda.device_count() + 1, "cuda")

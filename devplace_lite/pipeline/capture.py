@@ -670,6 +670,21 @@ def _segment_calls(cap: Capture) -> list[tuple[int, list[tuple]]]:
     return calls
 
 
+def to_device(module: nn.Module, device: str | torch.device) -> nn.Module:
+    """``module`` moved to ``device``, with the devices its graphs baked in moved too.
+
+    torch.export records a device it saw when tracing as a constant (``torch.arange(t,
+    device=ids.device)`` becomes ``arange(..., device=cpu)``), so a captured segment moved to a
+    GPU by ``.to`` alone would still make those tensors on the CPU. torch's pipelining fixes its
+    own stages the same way (``build_stage``)."""
+    from torch.distributed.pipelining._IR import _modify_graph_op_device
+
+    module = module.to(device)
+    if isinstance(module, fx.GraphModule):
+        _modify_graph_op_device(module, torch.device(device))
+    return module
+
+
 def _run_in_order(cap: Capture, example: tuple):
     """Yield ``(i, module, input values, sources)`` for each segment in order, with real values
     produced by running the segments once (no grad) on ``example``."""
@@ -908,7 +923,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
         clock, repeats, warmup = _roofline_clock(SPECS[str(spec).upper()]), 1, 0
     example = tuple(t.to(device) for t in cap.example)
     if device != "cpu":
-        cap.modules = [m.to(device) for m in cap.modules]
+        cap.modules = [to_device(m, device) for m in cap.modules]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     n = cap.num_segments
@@ -937,7 +952,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
         if spec is None and n > 1 and (cap.how != "torch.fx" or cap.traced is not None):
             w = _whole(cap)
             if device != "cpu":
-                w.modules = [m.to(device) for m in w.modules]
+                w.modules = [to_device(m, device) for m in w.modules]
             for _, wm, wargs, wsrc in _run_in_order(w, example):
                 whole = (wm, list(wargs), _grads(wsrc))
         rounds: list[list[tuple]] = []  # per timed round: (F, I, B, W) of each segment, then of the whole model

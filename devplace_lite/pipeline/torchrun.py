@@ -541,14 +541,14 @@ def _fx_stage(model: Any, micro: tuple, points: Sequence[str], index: int, count
 
     from torch.distributed.pipelining import PipelineStage
 
-    from .capture import fx_split, trace_with_leaves
+    from .capture import fx_split, to_device, trace_with_leaves
 
     gm, leaves = trace_with_leaves(copy.deepcopy(model), [])
     split, _ = fx_split(gm, micro, points, leaves)
     if split.num_stages != count:
         raise GraphError(f"the split points give {split.num_stages} stages, not {count}")
     ins, outs = stage_shapes(split.stages, micro, training)[index]
-    return PipelineStage(split.stages[index].to(device), index, count, device,
+    return PipelineStage(to_device(split.stages[index], device), index, count, device,
                          input_args=tuple(_example(m, device) for m in ins),
                          output_args=tuple(_example(m, device) for m in outs))
 
