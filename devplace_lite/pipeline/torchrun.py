@@ -7,7 +7,8 @@ builds the whole model, lets ``torch.distributed.pipelining.pipeline`` cut it at
 points and keeps its own stages (one, or several for the interleaved and V schedules, placed as
 the plan's ``stage_to_rank`` says, which is torch's own placement), and the plan's schedule
 class (any of torch 2.13's seven, `devplace_lite.schedules.simulate.SCHEDULES`) moves micro-batches
-between ranks (gloo on CPU, NCCL on GPUs; the NCCL path is the same code, never run here).
+between ranks (gloo on CPU, NCCL on GPUs: the same code; on one H100, 2026-11-27, a one-rank NCCL run
+with ``--check`` passed; no run over two or more GPUs has been made).
 
 `write_script` writes ``run_pipeline.py`` beside ``plan.json``: the split points as
 ``SplitPoint.BEGINNING`` and a call of `main`, which every rank runs. `launch` starts torchrun
