@@ -98,10 +98,15 @@ What the runs on record show (three rounds over the sixteen cases, 12:23-12:46 U
   benchmarks.schedules.messages` reproduces the first: a 32 KiB receive posted before the send
   completes 0.1 ms after it, one posted 3 ms after it blocks 0.4-4.8 ms (median per process
   pair, five pairs; raising the gloo thread's priority or lowering the compute thread's did
-  not change it). Fitted as one wall-time price per pass, the DistilBERT run asks 1.8-3.3 ms
-  and the probe's ResNet 0.9-1.3 ms, and as a transfer time on each cut a GPipe replay cannot
-  reach the wall clock at all (a transfer delays only a receiver that waits, while a late
-  post costs the receiver that did not): the forecast does not price it yet.
+  not change it). Sampled with `py-spy record --native --idle` over 300 late receives (post
+  median 2.2 ms), a third of the post's samples sit in `writev` of gloo's ready notice
+  (`tcp::Pair::sendAsyncMode`, the socket its own loop thread reads), the rest in torch's
+  Python around it with no CPU time spent: the thread waits to run. Fitted as one wall-time
+  price per receiving pass (a pass's start after its data and its rank are both ready), the
+  DistilBERT GPipe runs ask 1.9-3.5 ms and three runs of the probe's ResNet 0.7-2.1 ms (its
+  wall step 50-75 ms, the same command); as a transfer time on each cut a replay cannot reach
+  the wall clock (a transfer delays only a receiver that waits, a late post costs one that
+  did not): the forecast does not price it yet.
 """
 
 
