@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devplace_lite.zoo.external import _hf, _vision, import_torchvision
+from devplace_lite.zoo.external import hf_model, import_torchvision, vision_model
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -113,24 +113,24 @@ What the runs on record show (three rounds over the sixteen cases, 12:23-12:46 U
 def shufflenet(batch: int = 8, seed: int = 0):
     """torchvision ShuffleNetV2 x0.5 (channel shuffles: views and transposes between blocks), 10 classes, 64x64."""
     tv = import_torchvision()
-    return _vision(lambda: tv.models.shufflenet_v2_x0_5(num_classes=10), batch, 64, seed)
+    return vision_model(lambda: tv.models.shufflenet_v2_x0_5(num_classes=10), batch, 64, seed)
 
 
 def regnet(batch: int = 8, seed: int = 0):
     """torchvision RegNetY-400MF (grouped convolutions, squeeze-excitation), 10 classes, 64x64."""
     tv = import_torchvision()
-    return _vision(lambda: tv.models.regnet_y_400mf(num_classes=10), batch, 64, seed)
+    return vision_model(lambda: tv.models.regnet_y_400mf(num_classes=10), batch, 64, seed)
 
 
 def distilbert(batch: int = 8, seed: int = 0):
     """Hugging Face DistilBERT with its masked-LM head (tied): 4 layers, width 128, 32 tokens."""
-    return _hf("DistilBertConfig", "DistilBertForMaskedLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
+    return hf_model("DistilBertConfig", "DistilBertForMaskedLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
                dim=128, n_layers=4, n_heads=4, hidden_dim=512, max_position_embeddings=64)
 
 
 def gpt_neo(batch: int = 8, seed: int = 0):
     """Hugging Face GPT-Neo (local and global attention layers alternating, tied head): 4 layers, width 128."""
-    return _hf("GPTNeoConfig", "GPTNeoForCausalLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
+    return hf_model("GPTNeoConfig", "GPTNeoForCausalLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
                hidden_size=128, num_layers=4, num_heads=4, attention_types=[[["global", "local"], 2]],
                max_position_embeddings=64, window_size=16, bos_token_id=1999, eos_token_id=1999)
 

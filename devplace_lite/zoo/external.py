@@ -137,7 +137,10 @@ def _tokens(batch: int, seq: int, vocab: int, seed: int) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
 
 
-def _vision(build: Callable[[], nn.Module], batch: int, size: int, seed: int) -> tuple[nn.Module, tuple]:
+def vision_model(build: Callable[[], nn.Module], batch: int, size: int, seed: int) -> tuple[nn.Module, tuple]:
+    """``build()`` seeded with ``seed`` (random weights), in eval mode, and a batch of ``batch``
+    random ``size`` x ``size`` RGB images: how this module's image models are made, for a
+    benchmark's or a user's own torchvision or timm model."""
     torch.manual_seed(seed)
     return build().eval(), _image(batch, size, seed)
 
@@ -145,26 +148,26 @@ def _vision(build: Callable[[], nn.Module], batch: int, size: int, seed: int) ->
 def resnet18(batch: int = 8, seed: int = 0):
     """torchvision ResNet-18 (in-place ReLUs everywhere), 10 classes, 64x64 images."""
     tv = import_torchvision()
-    return _vision(lambda: tv.models.resnet18(num_classes=10), batch, 64, seed)
+    return vision_model(lambda: tv.models.resnet18(num_classes=10), batch, 64, seed)
 
 
 def mobilenet_v3_small(batch: int = 8, seed: int = 0):
     """torchvision MobileNetV3-Small (in-place Hardswish, squeeze-excitation), 10 classes, 64x64."""
     tv = import_torchvision()
-    return _vision(lambda: tv.models.mobilenet_v3_small(num_classes=10), batch, 64, seed)
+    return vision_model(lambda: tv.models.mobilenet_v3_small(num_classes=10), batch, 64, seed)
 
 
 def convnext_tiny(batch: int = 8, seed: int = 0):
     """torchvision ConvNeXt-Tiny (layer scale: parameters used outside module calls), 64x64."""
     tv = import_torchvision()
-    return _vision(lambda: tv.models.convnext_tiny(num_classes=10), batch, 64, seed)
+    return vision_model(lambda: tv.models.convnext_tiny(num_classes=10), batch, 64, seed)
 
 
 def vit(batch: int = 8, seed: int = 0):
     """torchvision VisionTransformer (class token and position embedding: parameters used
     outside module calls), 6 layers of width 128, 32x32 images in 8x8 patches."""
     tv = import_torchvision()
-    return _vision(lambda: tv.models.VisionTransformer(image_size=32, patch_size=8, num_layers=6, num_heads=4,
+    return vision_model(lambda: tv.models.VisionTransformer(image_size=32, patch_size=8, num_layers=6, num_heads=4,
                                                        hidden_dim=128, mlp_dim=512, num_classes=10),
                    batch, 32, seed)
 
@@ -173,7 +176,7 @@ def efficientnet_b0(batch: int = 8, seed: int = 0):
     """timm EfficientNet-B0 (depthwise separable blocks, SiLU, squeeze-excitation), 64x64."""
     import_torchvision()  # timm imports torchvision
     timm = _require("timm")
-    return _vision(lambda: timm.create_model("efficientnet_b0", pretrained=False, num_classes=10), batch, 64, seed)
+    return vision_model(lambda: timm.create_model("efficientnet_b0", pretrained=False, num_classes=10), batch, 64, seed)
 
 
 def deit_tiny(batch: int = 8, seed: int = 0):
@@ -181,7 +184,7 @@ def deit_tiny(batch: int = 8, seed: int = 0):
     own blocks), 6 layers of width 192, 32x32 images in 8x8 patches, 10 classes."""
     import_torchvision()  # timm imports torchvision
     timm = _require("timm")
-    return _vision(lambda: timm.create_model("deit_tiny_patch16_224", pretrained=False, num_classes=10, img_size=32,
+    return vision_model(lambda: timm.create_model("deit_tiny_patch16_224", pretrained=False, num_classes=10, img_size=32,
                                              patch_size=8, depth=6), batch, 32, seed)
 
 
@@ -199,8 +202,11 @@ class LogitsOf(nn.Module):
         return self.model(**kwargs, use_cache=False, return_dict=True).logits
 
 
-def _hf(config_name: str, model_name: str, names: tuple[str, ...], batch: int, seq: int, seed: int,
-        **config: Any):
+def hf_model(config_name: str, model_name: str, names: tuple[str, ...], batch: int, seq: int, seed: int,
+             **config: Any) -> tuple[nn.Module, tuple]:
+    """Hugging Face ``model_name`` built from ``config_name(**config)`` with random weights
+    (seeded; eager attention, nothing downloaded), called with the token tensors ``names``
+    (`LogitsOf`), and a batch of ``batch`` x ``seq`` random tokens for each of them."""
     with contextlib.suppress(UsageError):  # some transformers modules import torchvision when it is there
         import_torchvision()
     tr = _require("transformers")
@@ -214,21 +220,21 @@ def _hf(config_name: str, model_name: str, names: tuple[str, ...], batch: int, s
 
 def bert(batch: int = 8, seed: int = 0):
     """Hugging Face BERT with its masked-LM head (tied to the word embedding): 4 layers, width 128, 32 tokens."""
-    return _hf("BertConfig", "BertForMaskedLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
+    return hf_model("BertConfig", "BertForMaskedLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
                hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
                max_position_embeddings=64)
 
 
 def gpt2(batch: int = 8, seed: int = 0):
     """Hugging Face GPT-2 with its LM head (tied to the token embedding): 4 layers, width 128, 32 tokens."""
-    return _hf("GPT2Config", "GPT2LMHeadModel", ("input_ids",), batch, 32, seed, vocab_size=2000, n_embd=128,
+    return hf_model("GPT2Config", "GPT2LMHeadModel", ("input_ids",), batch, 32, seed, vocab_size=2000, n_embd=128,
                n_layer=4, n_head=4, n_positions=64, bos_token_id=1999, eos_token_id=1999)  # in the vocabulary
 
 
 def opt(batch: int = 8, seed: int = 0):
     """Hugging Face OPT with its LM head (tied to the token embedding; learned positions with
     OPT's offset of 2, pre-norm blocks): 4 layers, width 128, 32 tokens."""
-    return _hf("OPTConfig", "OPTForCausalLM", ("input_ids",), batch, 32, seed, vocab_size=2000, hidden_size=128,
+    return hf_model("OPTConfig", "OPTForCausalLM", ("input_ids",), batch, 32, seed, vocab_size=2000, hidden_size=128,
                num_hidden_layers=4, ffn_dim=512, num_attention_heads=4, max_position_embeddings=64,
                word_embed_proj_dim=128, pad_token_id=1, bos_token_id=2, eos_token_id=2)
 
@@ -236,7 +242,7 @@ def opt(batch: int = 8, seed: int = 0):
 def t5(batch: int = 8, seed: int = 0):
     """Hugging Face T5 encoder-decoder (shared embedding, tied head): 3 + 3 layers, width 128,
     32 source and 32 target tokens."""
-    return _hf("T5Config", "T5ForConditionalGeneration", ("input_ids", "decoder_input_ids"), batch, 32, seed,
+    return hf_model("T5Config", "T5ForConditionalGeneration", ("input_ids", "decoder_input_ids"), batch, 32, seed,
                vocab_size=2000, d_model=128, d_kv=32, d_ff=512, num_layers=3, num_decoder_layers=3, num_heads=4,
                tie_word_embeddings=True)
 
