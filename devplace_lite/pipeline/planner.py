@@ -416,7 +416,7 @@ class PipelinePlan:
                 "compute_ms": self.compute_ms, "load_ms": self.load_ms, "step_ms": sim.step_ms,
                 "rank_busy_ms": sim.rank_busy_ms, "rank_idle_ms": sim.rank_idle_ms,
                 "rank_peak_bytes": sim.rank_peak_bytes, "clock": self.graph.meta.get("clock", "thread CPU time"),
-                "action_ms": self.costs.action_ms if self.num_stages > 1 else 0.0,
+                "action_ms": self.costs.runtime_ms(self.num_stages),
                 "how": f"replay of {_SCHEDULES[self.schedule].torch_class}'s action order "
                        "(devplace_lite.schedules.simulate)",
                 "events": [[r, a.kind, a.stage, a.microbatch, round(t0, 6), round(t1, 6)]

@@ -126,6 +126,11 @@ class SegmentCosts:
     def n(self) -> int:
         return len(self.forward_ms)
 
+    def runtime_ms(self, stages: int) -> float:
+        """``action_ms`` on each F, B and I pass of a split into ``stages`` stages: a split over
+        several stages pays torch's schedule runtime around its passes, one stage runs none."""
+        return self.action_ms if stages > 1 else 0.0
+
 
 @dataclass
 class SplitSearch:
@@ -209,7 +214,7 @@ class _Split:
         passes that send or receive (F, B and I: W waits for nothing), over several stages only.
         The bounds leave it out, which keeps them lower bounds (the replay is monotone)."""
         b = self.bounds(cuts)
-        o = self.c.action_ms if len(b) > 1 else 0.0
+        o = self.c.runtime_ms(len(b))
         f = [self.pf[j] - self.pf[i] + o for i, j in b]
         out = {"F": f}
         if self.training:
