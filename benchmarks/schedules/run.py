@@ -144,7 +144,11 @@ _PROSE = """# Schedules: every torch schedule, forecast and measured
 (torchvision, timm, Hugging Face encoder, decoders and encoder-decoder; random weights from
 configs) once, training with batch 8 in 4 micro-batches, and for each schedule plans `k = 2`
 ranks with `devplace plan`'s schedule-aware split and runs the plan under torchrun with torch's
-own schedule class (gloo, one thread per rank). Columns:
+own schedule class (gloo, one thread per rank). Beside it: `heldout.py` (`heldout.md`) runs
+`devplace plan ... --run --json` as a user types it on four models none of the fixes were
+measured on and sets its forecast against the wall clock; `messages.py` measures what one
+message costs its receiver beyond CPU time; `splits.py` (`splits.md`) runs the planned split
+against the splits people use. Columns:
 
 * **split**: the split search's status (`optimal`: least replayed step among all splits, proven
   by enumeration in bound order);
