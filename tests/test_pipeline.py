@@ -159,6 +159,18 @@ def on_path(monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_model_only_torch_fx_captures_runs_over_two_ranks(tmp_path, on_path):
+    """The torch.fx route's stages (`torchrun._fx_stage`) under torchrun: a model whose forward
+    branches on data, split in two, computes the unsplit model's outputs and gradients."""
+    model, x = plan_models.branchy_wide(batch=8)
+    p = plan(model, x, k=2, microbatches=4, model_spec="plan_models:branchy_wide", repeats=1)
+    assert p.capture.how == "torch.fx" and p.num_stages == 2
+    run = launch(p.write(tmp_path)["plan"], steps=1, warmup=0, check=True, timeout=400)
+    assert run["stages"] == run["ranks"] == 2
+    assert run["check"]["outputs_allclose"] and run["check"]["grads_allclose"], run["check"]
+
+
+@pytest.mark.slow
 def test_gpipe_1f1b_and_inference_runs_equal_the_unsplit_model(skippy, tmp_path, on_path):
     """One profile, three plans: GPipe and 1F1B training (outputs and every gradient checked)
     and GPipe inference; GPipe keeps all four micro-batches' activations on rank 0, 1F1B two."""

@@ -219,11 +219,12 @@ def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_p
     ans = json.loads(out)
     assert ans["capture"] == "torch.fx" and any("blocks.1" in n for n in ans["notes"])
     assert ans["run"]["check"]["outputs_allclose"] and ans["run"]["check"]["grads_allclose"]
-    assert ans["stages"] == 2 and ans["torchrun"].startswith("torchrun --nproc-per-node 2")
+    # one stage or two: the runtime's price per pass, measured here under this machine's load, decides
+    assert ans["stages"] in (1, 2) and ans["torchrun"].startswith(f"torchrun --nproc-per-node {ans['stages']}")
     assert json.loads((tmp_path / "plan.json").read_text())["split_spec"] == ans["split_spec"]
     # the runtime around each pass, measured before planning, is in the forecast and the run measures it too
     priced = [n for n in ans["notes"] if n.startswith("torch's schedule runtime priced at ")]
-    assert len(priced) == 1 and ans["run"]["action_overhead_ms"] > 0
+    assert len(priced) == 1 and ans["run"]["action_overhead_ms"] > 0 and ans["run"]["action_wall_ms"] >= 0
 
 
 # -- the command line ---------------------------------------------------------------------------

@@ -141,7 +141,7 @@ def _fake_run(p, scale_stage0=1.0):
     b = [x * (scale_stage0 if s == 0 else 1.0) for s, x in enumerate(p.backward_ms)]
     i = [x * (scale_stage0 if s == 0 else 1.0) for s, x in enumerate(p.input_ms)]
     return {"stage_forward_cpu_ms": f, "stage_backward_cpu_ms": b, "stage_input_cpu_ms": i,
-            "stage_cpu_ms": [x + y for x, y in zip(f, b)], "step_cpu_replay_ms": p.step_ms()}
+            "stage_cpu_ms": [x + y for x, y in zip(f, b)], "step_cpu_replay_ms": p.step_ms(), "step_ms": p.step_ms()}
 
 
 @pytest.mark.parametrize("second_scale, kept", [(1.0, "calibrated"), (5.0, "uncalibrated")])
@@ -163,13 +163,14 @@ def test_calibration_scales_each_stage_and_keeps_the_better(graph, tmp_path, mon
         return {"stage_forward_cpu_ms": [x * scale for x in fc["forward_ms"]],
                 "stage_backward_cpu_ms": [x * scale for x in fc["backward_ms"]],
                 "stage_input_cpu_ms": [x * scale for x in fc["input_ms"]],
-                "stage_cpu_ms": [x * scale for x in fc["compute_ms"]], "step_cpu_replay_ms": fc["step_ms"] * scale}
+                "stage_cpu_ms": [x * scale for x in fc["compute_ms"]], "step_cpu_replay_ms": fc["step_ms"] * scale,
+                "step_ms": fc["step_ms"] * scale}
 
     monkeypatch.setattr(tr, "launch", fake_launch)
-    first = {**_fake_run(p, 3.0), "action_overhead_ms": 0.25}
+    first = {**_fake_run(p, 3.0), "action_overhead_ms": 0.1, "action_wall_ms": 0.25}
     cal = calibrate(p, tmp_path, first=first)
     assert cal["stage_scales"]["F"][0] == pytest.approx(3.0) and cal["stage_scales"]["F"][1:] == pytest.approx([1.0])
-    assert calls[-1]["forecast"]["action_ms"] == 0.25  # the re-plan prices the runtime per pass as the run measured
+    assert calls[-1]["forecast"]["action_ms"] == 0.25  # the re-plan prices a pass's wall cost as the run measured it
     assert cal["kept"] == kept and cal["max_error_kept"] == min(cal["max_error_before"], cal["max_error_after"])
     written = json.loads((tmp_path / "plan.json").read_text())
     want = calls[-1] if kept == "calibrated" else json.loads((tmp_path / "uncalibrated" / "plan.json").read_text())

@@ -47,9 +47,9 @@ the first choice planned. ``--run`` and ``--calibrate`` runs come after the limi
 
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast. Before planning, a
-CPU run (``-k`` above 1) first measures what torch's schedule runtime spends around each pass
-on this machine (`devplace_lite.pipeline.planner.runtime_overhead`, about 8 s: a small zoo
-model's run) and the forecast prices it on every forward and backward; ``--check``
+CPU run (``-k`` above 1) first measures what a pass costs on this machine's wall clock beyond
+its CPU time (`devplace_lite.pipeline.planner.runtime_overhead`, about 9 s: a small zoo model's
+run) and the forecast prices it on every forward and backward; ``--check``
 compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
 each stage's forward, backward, input- and weight-gradient times by measured / forecast, re-plans
 with them, runs again, reports the per-stage forecast error before and after, and keeps the

@@ -580,7 +580,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
 
 
 #: The model, split and schedule `runtime_overhead` runs (a zoo model: no download, no torch.hub).
-PROBE = {"model": "resnet50", "k": 2, "schedule": "gpipe", "microbatches": 8, "batch": 16, "steps": 5}
+PROBE = {"model": "resnet50", "k": 2, "schedule": "gpipe", "microbatches": 8, "batch": 16, "steps": 12}
 
 
 def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int = 4, schedule: str = "1f1b",
@@ -625,10 +625,10 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         (each segment timed once at least; the notes say when they were cut), then `plan_graph`'s
         steps in what is left. None: no limit (each step gets `STEP_SECONDS`).
     action_ms : float
-        What torch's schedule runtime spends around each pass apart from the pass (messages,
-        bookkeeping), priced on every forward and backward of a split over several ranks:
-        `runtime_overhead` measures it for the backend that
-        will run the plan (0: not priced).
+        What each pass costs on the wall clock beyond its own CPU time (torch's schedule
+        runtime, its messages' waits, the ranks' interference), priced on every forward and
+        backward of a split over several ranks: `runtime_overhead` measures it on this machine
+        for the backend that will run the plan (0: not priced).
 
     Returns
     -------
@@ -673,12 +673,15 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
 
 
 def runtime_overhead(device: str = "cpu", *, threads: int = 1, timeout: float = 300.0) -> float:
-    """Milliseconds that torch's schedule runtime spends around each forward and backward pass
-    on this machine and backend, apart from the pass: `PROBE`'s plan run under torchrun here,
-    the ranks' thread CPU time per step outside their passes over their passes (median over
-    steps, mean over ranks; `torchrun.main` measures it in every run as ``action_overhead_ms``).
-    What `plan` takes as ``action_ms``. CPU (gloo) only: on a GPU
-    the passes are asynchronous and a thread's CPU time does not separate them.
+    """Milliseconds each forward and backward pass of a pipeline costs on this machine's wall
+    clock beyond its own CPU time: `PROBE`'s plan run under torchrun here, and the price per
+    pass at which the replay of the run's CPU times takes its median wall-clock step
+    (`torchrun.wall_price`; every run reports its own as ``action_wall_ms``). It holds torch's
+    schedule runtime (the ranks' CPU time outside their passes, ``action_overhead_ms``), the
+    waits of messages whose receive is posted after the send (gloo moves the data once both
+    sides have posted; `benchmarks/schedules/heldout.md`) and the ranks' interference. What
+    `plan` takes as ``action_ms``. CPU (gloo) only: on a GPU the passes are asynchronous and a
+    thread's CPU time does not separate them.
 
     Raises
     ------
@@ -697,7 +700,7 @@ def runtime_overhead(device: str = "cpu", *, threads: int = 1, timeout: float = 
              model_spec=PROBE["model"])
     with tempfile.TemporaryDirectory(prefix="devplace-probe-") as tmp:
         run = launch(p.write(tmp)["plan"], steps=PROBE["steps"], threads=threads, timeout=timeout)
-    return float(run["action_overhead_ms"] or 0.0)
+    return float(run["action_wall_ms"] or 0.0)
 
 
 def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool = True, granularity: str = "block",
@@ -729,7 +732,7 @@ def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool
         graph.meta["segments"]["action_ms"] = float(action_ms)
         graph.meta.setdefault("notes", []).append(
             f"torch's schedule runtime priced at {action_ms:.3f} ms per forward and per backward pass of a "
-            "multi-rank split (measured: messages and bookkeeping around the passes)")
+            "multi-rank split (measured: what a pass costs on the wall clock beyond its CPU time)")
     if times.cut_short:
         graph.meta.setdefault("notes", []).append(
             f"the time limit cut the measurement short: {times.cut_short} of {len(times.forward_ms)} segment(s) "
@@ -1017,10 +1020,11 @@ def _stage_scales(p: PipelinePlan, run: dict[str, Any]) -> dict[str, list[float]
 
 
 def _forecast_error(p: PipelinePlan, run: dict[str, Any]) -> dict[str, Any]:
-    """Per-stage compute error and step error (against the replay of the run's CPU times)."""
+    """Per-stage compute error and step error (against the run's wall-clock step: the forecast
+    prices what a pass costs there beyond its CPU time, ``action_ms``)."""
     stages = _errors(p.compute_ms, run["stage_cpu_ms"])
-    rep = run.get("step_cpu_replay_ms")
-    step = abs(p.step_ms() - rep) / rep if rep else None
+    wall = run.get("step_ms")
+    step = abs(p.step_ms() - wall) / wall if wall else None
     return {"stages": stages, "max_stage": max(stages), "step": step}
 
 
@@ -1028,7 +1032,7 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
               first: dict[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
     """Run ``p`` under torchrun, scale each stage's forward, backward, input- and weight-gradient
     times by measured / forecast (one factor per stage and action kind, applied to that stage's
-    segments) and price torch's runtime per pass as the run measured it (``action_overhead_ms``),
+    segments) and price torch's runtime per pass as the run measured it (``action_wall_ms``),
     re-plan with the scaled profile, run that plan, and keep whichever forecast was
     nearer its own run (the largest per-stage error of the compute forecast; ties keep the
     calibrated one): calibration never leaves the plan's forecast worse than it found it. The
@@ -1048,8 +1052,8 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
     scales = _stage_scales(p, first)
     seg_stage = p.stage_of
     g = scaled_graph(p.graph, *([scales[k][s] for s in seg_stage] for k in "FBIW"))
-    if first.get("action_overhead_ms") is not None and p.num_stages > 1:  # the runtime per pass, as the run measured it
-        g.meta["segments"]["action_ms"] = float(first["action_overhead_ms"])
+    if first.get("action_wall_ms") is not None and p.num_stages > 1:  # the runtime per pass, as the run measured it
+        g.meta["segments"]["action_ms"] = float(first["action_wall_ms"])
     q = plan_graph(g,
                    k=p.k or p.ranks, per_rank=p.per_rank, microbatches=p.microbatches, schedule=p.schedule,
                    batch=p.batch, memory=p.memory, optimizer=p.optimizer, method=p.method,

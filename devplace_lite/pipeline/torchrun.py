@@ -21,9 +21,11 @@ ranks wrote:
   and steps: a shared machine's load does not inflate it), the wall time of each step, the last
   step's actions (for a Gantt chart), and the schedule's replay with those CPU times;
 * per rank, its thread's CPU time outside its passes per forward and backward pass
-  (``action_overhead_ms``: torch's schedule runtime, messages and bookkeeping), which
-  `devplace_lite.pipeline.planner.runtime_overhead` measures on a small zoo model for a plan to
-  price before its run;
+  (``action_overhead_ms``: torch's schedule runtime, messages and bookkeeping), and over the
+  run, the wall-clock price per pass at which the replay of its CPU times takes its measured
+  step (``action_wall_ms``, `wall_price`: the runtime's CPU time, its messages' waits, the
+  ranks' interference), which `devplace_lite.pipeline.planner.runtime_overhead` measures on a
+  small zoo model for a plan to price before its run;
 * per rank, the peak memory: parameters, their gradients when training, and the high-water
   mark of the activations autograd saves, counted in the first step (the counting hooks cost
   CPU time, so the measured steps run without them);
@@ -691,7 +693,7 @@ def _stop(procs: list) -> None:
                     pass
 
 
-def _replay_measured(plan: dict, cpu: dict[str, float], overhead: float | None = None) -> float | None:
+def replay_measured(plan: dict, cpu: dict[str, float], overhead: float | None = None) -> float | None:
     """The schedule's replay with the run's own least CPU time of every stage and action kind
     (plus the runtime's measured ``overhead`` on each forward and backward or input-gradient
     pass, as the forecast prices it), no transfers: the step a machine with one free core per
@@ -711,6 +713,36 @@ def _replay_measured(plan: dict, cpu: dict[str, float], overhead: float | None =
                         per_rank=int(plan.get("stages_per_rank", 1)), training=bool(plan["training"])).step_ms
     except UsageError:
         return None
+
+
+def wall_price(plan: dict, cpu: dict[str, float], step_ms: float) -> float | None:
+    """The price per forward and backward (or input-gradient) pass at which the replay of the
+    run's CPU times (`replay_measured`, with that price as its runtime per pass) takes the
+    run's wall-clock step ``step_ms``: what a pass costs on the wall clock beyond its own CPU
+    time (the runtime's CPU time, a message's wait, the ranks' interference). 0 when the replay
+    without it already takes as long; None for one stage (no runtime per pass) or a schedule
+    the replay refuses. The replay is monotone in the price, so a bisection finds it.
+
+    >>> plan = {"stages": 2, "ranks": 2, "schedule": "gpipe", "microbatches": 2, "training": True}
+    >>> cpu = {"0:F": 1.0, "0:B": 2.0, "1:F": 1.0, "1:B": 2.0}
+    >>> replay_measured(plan, cpu)   # F F, then B B on each rank, one pass apart
+    9.0
+    >>> round(wall_price(plan, cpu, 12.0), 6)   # 9 + 6 passes on the critical path x 0.5
+    0.5
+    >>> wall_price(plan, cpu, 7.0), wall_price({**plan, "stages": 1, "ranks": 1}, cpu, 12.0)
+    (0.0, None)
+    """
+    if int(plan["stages"]) < 2 or replay_measured(plan, cpu, 0.0) is None:
+        return None
+    if replay_measured(plan, cpu, 0.0) >= step_ms:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while replay_measured(plan, cpu, hi) < step_ms:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-6 * max(1.0, hi):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if replay_measured(plan, cpu, mid) < step_ms else (lo, mid)
+    return (lo + hi) / 2
 
 
 def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) -> dict[str, Any]:
@@ -734,7 +766,9 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
         "step_ms": float(statistics.median(steps_ms)), "steps_ms": steps_ms,
         "stage_forward_cpu_ms": fwd, "stage_backward_cpu_ms": bwd,
         "stage_cpu_ms": [f + b for f, b in zip(fwd, bwd)], "action_overhead_ms": overhead,
-        "step_cpu_replay_ms": _replay_measured(plan, cpu, overhead),
+        "cpu_ms": cpu, "step_cpu_replay_ms": replay_measured(plan, cpu, overhead),
+        "action_wall_ms": None if str(ranks[0].get("device", "cpu")).startswith("cuda") else
+        wall_price(plan, cpu, float(statistics.median(steps_ms))),
         "loss": next((r["loss"] for r in ranks if r["loss"] is not None), None),
         "param_bytes": [r["param_bytes"] for r in ranks],
         "activation_peak_bytes": [r["activation_peak_bytes"] for r in ranks],

@@ -86,9 +86,9 @@ class SegmentCosts:
     ``first_input_bytes`` the model inputs the first stage reads (a stage's input: what it keeps
     per micro-batch when it recomputes its activations); ``input_ms`` and ``weight_ms``: torch's
     input- and weight-gradient passes, measured (without ``weight_ms``, W is B - I; without
-    either, I and W are half of B each); ``action_ms``: what torch's schedule runtime spends
-    around each forward and each backward (or input-gradient) pass of a split over several
-    ranks, apart from the pass itself (its messages' posting and waiting, the bookkeeping:
+    either, I and W are half of B each); ``action_ms``: what each forward and each backward (or
+    input-gradient) pass of a split over several ranks costs on the wall clock beyond its own
+    time (torch's schedule runtime, its messages' waits, the ranks' interference:
     `devplace_lite.pipeline.planner.runtime_overhead` measures it), added to those actions;
     ``shared_saves``: ``(bytes, segments)`` of each value that several segments save for their
     backward (one tensor inside a stage: counted once per stage, `stage_bytes`)."""
