@@ -224,7 +224,10 @@ def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_p
     assert json.loads((tmp_path / "plan.json").read_text())["split_spec"] == ans["split_spec"]
     # the runtime around each pass, measured before planning, is in the forecast and the run measures it too
     priced = [n for n in ans["notes"] if n.startswith("torch's schedule runtime priced at ")]
-    assert len(priced) == 1 and ans["run"]["action_overhead_ms"] > 0 and ans["run"]["action_wall_ms"] >= 0
+    assert len(priced) == 1 and ans["run"]["action_overhead_ms"] > 0
+    # a run over two ranks prices its own passes on the wall clock; one rank has no runtime per pass
+    wall = ans["run"]["action_wall_ms"]
+    assert wall is None if ans["stages"] == 1 else wall >= 0
 
 
 # -- the command line ---------------------------------------------------------------------------
