@@ -55,8 +55,8 @@ What the runs on record show (three rounds over the sixteen cases, 15:37-15:58 U
   misses are DistilBERT under GPipe (35.3 and 29.1 %) and 1F1B (27.4 %), all under the wall
   clock; its case median under GPipe is 29.1 %, the other fifteen cases' are within 25 %. By
   model, per command: RegNet median 5.8 % (12 of 12 within 25 %), GPT-Neo 7.4 % (12 of 12),
-  DistilBERT 13.8 % (9 of 12), ShuffleNet 14.5 % (12 of 12). One round with the same code at
-  15:22 UTC read 9.5 %, 14 of 16 within 25 %.
+  DistilBERT 13.8 % (9 of 12), ShuffleNet 14.5 % (12 of 12). One round of the same price with a
+  5-step probe (15:22 UTC) read 9.5 %, 14 of 16 within 25 %.
 * **The table before that one (10:12 UTC, one round: median 41.8 %, 4 of 16 within 25 %)**:
   the forecast priced the ranks' CPU time outside their passes (0.17-0.37 ms a pass), and a
   run skipped three warm-up steps, not one: the first steps fault their buffers in (up to
