@@ -125,14 +125,14 @@ def regnet(batch: int = 8, seed: int = 0):
 def distilbert(batch: int = 8, seed: int = 0):
     """Hugging Face DistilBERT with its masked-LM head (tied): 4 layers, width 128, 32 tokens."""
     return hf_model("DistilBertConfig", "DistilBertForMaskedLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
-               dim=128, n_layers=4, n_heads=4, hidden_dim=512, max_position_embeddings=64)
+                    dim=128, n_layers=4, n_heads=4, hidden_dim=512, max_position_embeddings=64)
 
 
 def gpt_neo(batch: int = 8, seed: int = 0):
     """Hugging Face GPT-Neo (local and global attention layers alternating, tied head): 4 layers, width 128."""
     return hf_model("GPTNeoConfig", "GPTNeoForCausalLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
-               hidden_size=128, num_layers=4, num_heads=4, attention_types=[[["global", "local"], 2]],
-               max_position_embeddings=64, window_size=16, bos_token_id=1999, eos_token_id=1999)
+                    hidden_size=128, num_layers=4, num_heads=4, attention_types=[[["global", "local"], 2]],
+                    max_position_embeddings=64, window_size=16, bos_token_id=1999, eos_token_id=1999)
 
 
 def _load() -> float:

@@ -732,9 +732,10 @@ def wall_price(plan: dict, cpu: dict[str, float], step_ms: float) -> float | Non
     >>> wall_price(plan, cpu, 7.0), wall_price({**plan, "stages": 1, "ranks": 1}, cpu, 12.0)
     (0.0, None)
     """
-    if int(plan["stages"]) < 2 or replay_measured(plan, cpu, 0.0) is None:
+    unpriced = replay_measured(plan, cpu, 0.0) if int(plan["stages"]) > 1 else None
+    if unpriced is None:
         return None
-    if replay_measured(plan, cpu, 0.0) >= step_ms:
+    if unpriced >= step_ms:
         return 0.0
     lo, hi = 0.0, 1.0
     while replay_measured(plan, cpu, hi) < step_ms:

@@ -168,8 +168,8 @@ def vit(batch: int = 8, seed: int = 0):
     outside module calls), 6 layers of width 128, 32x32 images in 8x8 patches."""
     tv = import_torchvision()
     return vision_model(lambda: tv.models.VisionTransformer(image_size=32, patch_size=8, num_layers=6, num_heads=4,
-                                                       hidden_dim=128, mlp_dim=512, num_classes=10),
-                   batch, 32, seed)
+                                                            hidden_dim=128, mlp_dim=512, num_classes=10),
+                        batch, 32, seed)
 
 
 def efficientnet_b0(batch: int = 8, seed: int = 0):
@@ -185,7 +185,7 @@ def deit_tiny(batch: int = 8, seed: int = 0):
     import_torchvision()  # timm imports torchvision
     timm = _require("timm")
     return vision_model(lambda: timm.create_model("deit_tiny_patch16_224", pretrained=False, num_classes=10, img_size=32,
-                                             patch_size=8, depth=6), batch, 32, seed)
+                                                  patch_size=8, depth=6), batch, 32, seed)
 
 
 class LogitsOf(nn.Module):
@@ -221,30 +221,30 @@ def hf_model(config_name: str, model_name: str, names: tuple[str, ...], batch: i
 def bert(batch: int = 8, seed: int = 0):
     """Hugging Face BERT with its masked-LM head (tied to the word embedding): 4 layers, width 128, 32 tokens."""
     return hf_model("BertConfig", "BertForMaskedLM", ("input_ids",), batch, 32, seed, vocab_size=2000,
-               hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
-               max_position_embeddings=64)
+                    hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
+                    max_position_embeddings=64)
 
 
 def gpt2(batch: int = 8, seed: int = 0):
     """Hugging Face GPT-2 with its LM head (tied to the token embedding): 4 layers, width 128, 32 tokens."""
     return hf_model("GPT2Config", "GPT2LMHeadModel", ("input_ids",), batch, 32, seed, vocab_size=2000, n_embd=128,
-               n_layer=4, n_head=4, n_positions=64, bos_token_id=1999, eos_token_id=1999)  # in the vocabulary
+                    n_layer=4, n_head=4, n_positions=64, bos_token_id=1999, eos_token_id=1999)  # in the vocabulary
 
 
 def opt(batch: int = 8, seed: int = 0):
     """Hugging Face OPT with its LM head (tied to the token embedding; learned positions with
     OPT's offset of 2, pre-norm blocks): 4 layers, width 128, 32 tokens."""
     return hf_model("OPTConfig", "OPTForCausalLM", ("input_ids",), batch, 32, seed, vocab_size=2000, hidden_size=128,
-               num_hidden_layers=4, ffn_dim=512, num_attention_heads=4, max_position_embeddings=64,
-               word_embed_proj_dim=128, pad_token_id=1, bos_token_id=2, eos_token_id=2)
+                    num_hidden_layers=4, ffn_dim=512, num_attention_heads=4, max_position_embeddings=64,
+                    word_embed_proj_dim=128, pad_token_id=1, bos_token_id=2, eos_token_id=2)
 
 
 def t5(batch: int = 8, seed: int = 0):
     """Hugging Face T5 encoder-decoder (shared embedding, tied head): 3 + 3 layers, width 128,
     32 source and 32 target tokens."""
     return hf_model("T5Config", "T5ForConditionalGeneration", ("input_ids", "decoder_input_ids"), batch, 32, seed,
-               vocab_size=2000, d_model=128, d_kv=32, d_ff=512, num_layers=3, num_decoder_layers=3, num_heads=4,
-               tie_word_embeddings=True)
+                    vocab_size=2000, d_model=128, d_kv=32, d_ff=512, num_layers=3, num_decoder_layers=3, num_heads=4,
+                    tie_word_embeddings=True)
 
 
 def get(name: str):
