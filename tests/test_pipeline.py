@@ -19,7 +19,7 @@ from torch import nn  # noqa: E402
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.errors import UsageError  # noqa: E402
 from devplace_lite.graph import GraphError  # noqa: E402
-from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph, to_device  # noqa: E402
+from devplace_lite.pipeline.capture import _whole, capture, measure_segments, segment_graph, to_device  # noqa: E402
 from devplace_lite.pipeline.tracer import Tracer  # noqa: E402
 from devplace_lite.pipeline.planner import even_split, method_split, plan, plan_graph, with_method  # noqa: E402
 from devplace_lite.pipeline.resources import check_resources  # noqa: E402
@@ -215,6 +215,24 @@ def test_a_captured_segment_moved_to_a_device_makes_its_tensors_there():
     moved = [to_device(m, "meta") for m in cap.modules]
     assert {d for m in moved for d in baked(m)} == {torch.device("meta")}
     assert all(p.is_meta for m in moved for p in m.parameters())
+
+
+def test_captured_rnns_are_exported_in_training_mode_and_the_model_is_untouched():
+    """cuDNN refuses an RNN's backward in eval mode, and an export fixes the mode into the graph
+    (``aten.lstm(..., train)``): on an H100, `benchmarks.pipeline.run --device cuda` failed on
+    GNMT's training profile ('cudnn RNN backward can only be called in training mode')."""
+    from devplace_lite.zoo import load
+
+    model, inputs = load("gnmt", batch=2)
+    cap = capture(model, inputs)
+    flags = [n.args[6] for m in cap.modules for sub in m.modules() if isinstance(getattr(sub, "graph", None), torch.fx.Graph)
+             for n in sub.graph.nodes if n.op == "call_function" and n.target == torch.ops.aten.lstm.input]
+    assert flags and all(f is True for f in flags)
+    assert not any(m.training for m in model.modules())
+    whole = _whole(cap).modules[0]  # without dropout an RNN computes the same in both modes
+    with torch.no_grad():
+        out = whole(*inputs)
+        assert torch.allclose(out[0] if isinstance(out, tuple) else out, model(*inputs))
 
 
 def test_more_gpu_ranks_than_gpus_is_one_line():

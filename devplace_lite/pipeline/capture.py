@@ -396,6 +396,18 @@ def _is_marker(n: fx.Node) -> bool:
     return n.op == "call_function" and n.target == aten_pipe_split_alias
 
 
+def export_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` to export or cut into stages (the caller's model is never modified).
+    cuDNN runs an RNN's backward only in training mode, and an export fixes the mode into the
+    graph (``aten.lstm(..., train)``); an RNN without dropout computes the same in both modes,
+    so the copy's are in training mode, which lets a GPU train them."""
+    out = copy.deepcopy(model)
+    for m in out.modules():
+        if isinstance(m, nn.RNNBase) and not m.dropout:
+            m.train()
+    return out
+
+
 def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str) -> Capture:
     import logging
 
@@ -408,7 +420,7 @@ def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], gran
     quiet.setLevel(logging.ERROR)  # it logs every parameter shared by two stages at INFO
     try:
         with known_warnings_filtered():
-            pipe = pipeline(copy.deepcopy(model), example, split_policy=split_policy(cands, names, layouts))
+            pipe = pipeline(export_copy(model), example, split_policy=split_policy(cands, names, layouts))
     finally:
         quiet.setLevel(level)
     modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
@@ -752,7 +764,7 @@ def _whole(cap: Capture) -> Capture:
     from torch.distributed.pipelining import pipeline
 
     with known_warnings_filtered():
-        pipe = pipeline(copy.deepcopy(cap.model), cap.example, split_policy=split_policy([]))
+        pipe = pipeline(export_copy(cap.model), cap.example, split_policy=split_policy([]))
     return Capture(model=cap.model, example=cap.example, how=cap.how, names=["(whole)"],
                    modules=[pipe.get_stage_module(0)], wiring=pipe.split_gm, granularity=cap.granularity)
 

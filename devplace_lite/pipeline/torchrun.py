@@ -340,7 +340,6 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[str] | None = None) -> int:
     """What each torchrun rank runs: build its stage(s) from the plan and run the schedule."""
-    import copy
     from datetime import timedelta
 
     import torch
@@ -352,7 +351,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     from ..schedules.simulate import SCHEDULES
 
     from ..zoo import load
-    from .capture import known_warnings_filtered, split_policy, without_cache
+    from .capture import export_copy, known_warnings_filtered, split_policy, without_cache
 
     args = _args(argv)
     plan_path = Path(plan_path)
@@ -386,7 +385,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             order = list(range(len(micro)))
         else:
             with known_warnings_filtered():
-                pipe = pipeline(copy.deepcopy(model), micro, split_policy=split_policy(points))
+                pipe = pipeline(export_copy(model), micro, split_policy=split_policy(points))
             if pipe.num_stages != n_stages:
                 raise GraphError(f"the split points give {pipe.num_stages} stages, not {n_stages}")
             stages, order = [pipe.build_stage(s, device) for s in mine], first_stage_inputs(pipe)
@@ -540,13 +539,11 @@ def _fx_stage(model: Any, micro: tuple, points: Sequence[str], index: int, count
     """The fx route (a model torch.export cannot capture): devplace's splitter cuts the traced
     model (leaf modules chosen as in the capture), and the stage is a manual `PipelineStage`
     that talks to its neighbours only (values read later are carried through)."""
-    import copy
-
     from torch.distributed.pipelining import PipelineStage
 
-    from .capture import fx_split, to_device, trace_with_leaves
+    from .capture import export_copy, fx_split, to_device, trace_with_leaves
 
-    gm, leaves = trace_with_leaves(copy.deepcopy(model), [])
+    gm, leaves = trace_with_leaves(export_copy(model), [])
     split, _ = fx_split(gm, micro, points, leaves)
     if split.num_stages != count:
         raise GraphError(f"the split points give {split.num_stages} stages, not {count}")
