@@ -235,6 +235,21 @@ def test_captured_rnns_are_exported_in_training_mode_and_the_model_is_untouched(
         assert torch.allclose(out[0] if isinstance(out, tuple) else out, model(*inputs))
 
 
+def test_a_torch_error_while_timing_a_segment_is_one_line_naming_it(monkeypatch):
+    """On an H100 the cuDNN refusal above reached the user as a traceback through the profile."""
+    import devplace_lite.pipeline.capture as capture_module
+
+    cap = capture(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), (torch.randn(2, 4),))
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cudnn RNN backward can only be called in training mode\nC++ frames ...")
+
+    monkeypatch.setattr(capture_module, "_timed_pass", refuse)
+    with pytest.raises(GraphError, match=rf"^torch failed timing segment {cap.names[0]} on cpu: cudnn RNN backward "
+                                         "can only be called in training mode$"):
+        measure_segments(cap, training=True, repeats=1)
+
+
 def test_more_gpu_ranks_than_gpus_is_one_line():
     with pytest.raises(GraphError, match="GPUs"):
         check_resources(torch.cuda.device_count() + 1, "cuda")

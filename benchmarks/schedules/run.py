@@ -276,7 +276,14 @@ Known deviations and failures:
 * T5 under ZB-V fails in torch at the split planned here (stage 1 holds the self-attention
   half of encoder block 2, which receives and hands on the relative position bias):
   `Trying to backward through the graph a second time` in torch's split backward. The split
-  planned before the weight pass was measured (another split) ran.
+  planned before the weight pass was measured (another split) ran. torch's weight pass
+  (`stage_backward_weight`) walks each group of a stage's weights on its own with
+  `retain_graph=False`, and here the groups' paths cross. Keeping the graph through the pass
+  (`retain_graph=True`, tried by hand) lets the step run, but `--check` then finds the
+  decoder's relative attention bias with 0.2x its gradient; the same split under interleaved
+  1F1B (one backward pass) matches the unsplit model (49 + 23 parameters allclose). So the run
+  stays refused, and `devplace plan --run` says so in one line with the way out (plan it under
+  1F1B or interleaved 1F1B).
 
 ![forecast against measured, GPT-2 under ZB-V](gantt.png)
 

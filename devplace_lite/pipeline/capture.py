@@ -754,6 +754,18 @@ def _roofline_clock(acc: Any):
     return clock
 
 
+@contextlib.contextmanager
+def _torch_fails(what: str, device: str):
+    """A torch error while timing ``what`` as one line that names it (`GraphError`), not a
+    traceback: a kernel the device refuses, or memory it lacks."""
+    try:
+        yield
+    except RuntimeError as e:  # torch's kernels raise RuntimeError, and OutOfMemoryError under it
+        line = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        fix = "; lower --batch or raise --microbatches" if isinstance(e, torch.OutOfMemoryError) else ""
+        raise GraphError(f"torch failed timing {what} on {device}: {line[:300]}{fix}") from None
+
+
 def _whole(cap: Capture) -> Capture:
     """``cap`` as one segment: the model's program without the segment boundaries, which a
     pipeline stage holding several segments does not run either (the export route: torch's
@@ -953,7 +965,8 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
                           isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
             meter = _Saved({id(p) for p in ps})
-            out = _timed_pass(m, args, _grads(src), training, clock, meter)[4]
+            with _torch_fails(f"segment {cap.names[i]}", device):
+                out = _timed_pass(m, args, _grads(src), training, clock, meter)[4]
             acts[i] = int(meter.total if training else _bytes(out))
             if training:
                 saves_in[i], saves_out[i] = meter.inputs, meter.outputs
@@ -974,8 +987,10 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                 break
             if late and r < warmup:
                 continue
-            got = [_timed_pass(m, args, grad, training, clock)[:4]
-                   for m, args, grad in calls + ([whole] if whole is not None else [])]
+            got = []
+            for name, (m, args, grad) in zip(cap.names + ["the whole model"], calls + ([whole] if whole else [])):
+                with _torch_fails(name if name == "the whole model" else f"segment {name}", device):
+                    got.append(_timed_pass(m, args, grad, training, clock)[:4])
             if r >= warmup:
                 rounds.append(got)
     finally:

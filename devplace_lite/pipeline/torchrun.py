@@ -668,9 +668,25 @@ def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int
             _stop(procs)
         texts = read_logs(logs)
         if any(pr.returncode for pr in procs):
-            raise GraphError(f"torchrun failed: {rank_error(texts)}")
+            raise GraphError(f"torchrun failed: {_with_fix(rank_error(texts), plan['schedule'])}")
         ranks = [json.loads((Path(out) / f"rank{r}.json").read_text()) for r in range(p)]
     return _gather(plan, ranks, cmds, nodes)
+
+
+def _with_fix(why: str, schedule: str) -> str:
+    """A rank's error, with the way out where one is known: torch's zero-bubble schedules run
+    each stage's backward as two passes over its graph, which some splits break (T5 under
+    ZB-V, `benchmarks/schedules/README.md`) where the one-pass backward of the others runs.
+
+    >>> why = "RuntimeError: Trying to backward through the graph a second time"
+    >>> _with_fix(why, "zbv").endswith("plan it under 1f1b or interleaved-1f1b)"), _with_fix(why, "1f1b") == why
+    (True, True)
+    """
+    from ..schedules.simulate import spec
+
+    if spec(schedule).split_backward and "backward through the graph a second time" in why:
+        return f"{why} (torch's split backward fails at this split: plan it under 1f1b or interleaved-1f1b)"
+    return why
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
