@@ -104,7 +104,10 @@ LINK_BYTES_PER_S = 16e9
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 #: Warnings that torch's own pipelining code raises on every capture (it deep-copies a pytree
 #: spec, which warns from inside torch, pointing at Python's copyreg), by their exact text.
-KNOWN_WARNINGS = ((FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),)
+KNOWN_WARNINGS = ((FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+                  # nn.LSTM and nn.GRU re-assign their list of their own parameters in forward
+                  (UserWarning, r"The tensor attributes (self\.\S+\._flat_weights\[\d+\], )*"
+                                r"self\.\S+\._flat_weights\[\d+\] were assigned during export"))
 
 
 @contextlib.contextmanager
