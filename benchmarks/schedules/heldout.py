@@ -98,7 +98,8 @@ What the runs on record show (three rounds over the sixteen cases, 15:37-15:58 U
   under ZB-V 38.4 % and interleaved 1F1B 29.7 %, all under the wall clock); memory 27 of 27
   ranks within 25 %, median 2.0 %. The misses are the profile's, not the price's: the wall
   clock over the run's own CPU replay reads 1.04-1.20 (1.43 twice), forecast over replay
-  0.65-1.41, and the probe's price moved from 0 to 2.06 ms between commands. The two streams
+  0.65-1.41, and the probe's price moved from 0.34 to 2.06 ms between commands (GPT-Neo under
+  1F1B was planned on one stage, which pays none: 27 ranks, not 28). The two streams
   sharing caches and memory bandwidth are not told apart from the profile and the run a
   minute apart, so this is not the quiet-machine check: that (16 commands one after
   another, about 16 minutes there) did not fit the session's 15 minutes of device time.
