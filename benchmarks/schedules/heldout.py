@@ -103,6 +103,13 @@ What the runs on record show (three rounds over the sixteen cases, 15:37-15:58 U
   sharing caches and memory bandwidth are not told apart from the profile and the run a
   minute apart, so this is not the quiet-machine check: that (16 commands one after
   another, about 16 minutes there) did not fit the session's 15 minutes of device time.
+* **Binding each rank to a core of its own does not help** (tried, not adopted; 18:30-18:40
+  UTC). In the two-process benchmark (`messages`, with each process and the gloo threads it
+  starts bound to its own core) a late receive took 0.12-0.29 ms in all 15 pairs, against
+  0.14-3.9 ms in 16 pairs unbound (binding only the computing thread: 0.20-3.5 ms). But a DistilBERT GPipe plan, launched ten times alternating bound and
+  unbound, ran slower bound: median step 64.6 ms against 56.7 ms, price per pass 2.32 against
+  1.55 ms, wall over CPU replay 1.36 against 1.22. Bound, a rank's gloo thread has only its
+  rank's core, busy with the rank's own passes; unbound, it runs on whichever core is free.
 * **What a message costs beyond CPU time.** torch's schedules post a stage's receive only
   when the stage reaches the action that needs it, and gloo moves the data once both sides
   have posted. In a DistilBERT GPipe run here (`_sorted_batch_p2p` and `_wait_batch_p2p`
