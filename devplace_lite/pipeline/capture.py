@@ -991,8 +991,9 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             if late and r < warmup:
                 continue
             got = []
-            for name, (m, args, grad) in zip(cap.names + ["the whole model"], calls + ([whole] if whole else [])):
-                with _torch_fails(name if name == "the whole model" else f"segment {name}", device):
+            for label, (m, args, grad) in zip([f"segment {nm}" for nm in cap.names] + ["the whole model"],
+                                              calls + ([whole] if whole else [])):
+                with _torch_fails(label, device):
                     got.append(_timed_pass(m, args, grad, training, clock)[:4])
             if r >= warmup:
                 rounds.append(got)
