@@ -298,6 +298,50 @@ def test_chapters_use_the_book_style(name):
         assert "nb.start()" in text, f"{name} draws figures but never calls devplace_lite.course.notebook.start()"
 
 
+#: The widest code line a reader sees: the page shows a code cell in a box about 88-95 monospace
+#: characters wide at a 1280 px window, and wraps a longer line mid-token.
+CODE_WIDTH = 88
+
+
+def visible_code_lines(text):
+    """(line number in the .md, line) of every line of a code cell a reader sees: the cells
+    not tagged remove-cell or remove-input (their options as ``:tags:`` lines or a ``---``
+    block)."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"(`{3,})\{code-cell\}", lines[i])
+        i += 1
+        if not fence:
+            continue
+        options = []
+        if i < len(lines) and lines[i].strip() == "---":
+            i += 1
+            while lines[i].strip() != "---":
+                options.append(lines[i])
+                i += 1
+            i += 1
+        while i < len(lines) and lines[i].startswith(":"):
+            options.append(lines[i])
+            i += 1
+        hidden = re.search(r"\b(remove-cell|remove-input)\b", "\n".join(options))
+        while not lines[i].startswith(fence.group(1)):
+            if not hidden:
+                yield i + 1, lines[i]
+            i += 1
+        i += 1
+
+
+@pytest.mark.parametrize("name", NOTEBOOK_PAGES)
+def test_chapters_code_fits_the_page(name):
+    """Every code line a reader sees fits the page's code box (the chapter's one-line opening
+    aside, which test_chapters_open_with_one_line fixes)."""
+    text = (CHAPTERS / f"{name}.md").read_text(encoding="utf-8")
+    wide = [f"{name}.md:{n}: {len(line)} characters"
+            for n, line in visible_code_lines(text) if len(line) > CODE_WIDTH and line != OPENING]
+    assert not wide, f"code lines over {CODE_WIDTH} characters (the page wraps them):\n" + "\n".join(wide)
+
+
 @pytest.mark.parametrize("name", NOTEBOOK_PAGES)
 def test_chapters_open_with_one_line(name):
     """A chapter opens with the one line (no install cell, no block of imports: the rest is
