@@ -2,7 +2,7 @@
 
 A chapter's first code cell is one line::
 
-    import devplace_lite as dl; from devplace_lite.course import notebook as nb; FAST, rng = nb.start()
+    import devplace_lite as dl, devplace_lite.course.notebook as nb; FAST, rng = nb.start()
 
 `start` applies the book's figure style and returns ``FAST`` (``DEVPLACE_FAST=1``: the
 small sizes CI runs) and a generator seeded for the chapter. `zoo_graph` reads a graph of the
