@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from pathlib import Path
@@ -96,9 +97,11 @@ def test_solutions_removed_and_checks_kept(edition, md):
     elsewhere = {ln.strip() for c in master.cells if "solution" not in c.metadata.get("tags", [])
                  for ln in c.source.splitlines()}
     for src in solution_code:  # no statement of a solution's body survives (unless the chapter has it elsewhere)
-        for line in src.splitlines():
+        spec = _docstring_lines(src)  # the stub keeps the docstring: it is the exercise's spec
+        for n, line in enumerate(src.splitlines(), start=1):
             s = line.strip()
-            if s and not s.startswith(("def ", "import ", "from ", '"""', "#", "@")) and s not in elsewhere:
+            if s and n not in spec and not s.startswith(("def ", "import ", "from ", '"""', "#", "@")) \
+                    and s not in elsewhere:
                 assert s not in student_code, f"{md.stem}: solution line leaked: {s}"
     for ex in exercises(md.name[:2]):
         stub = next(c.source for c in student.cells if re.search(rf"^def {ex.name}\(", c.source, re.M))
@@ -106,6 +109,18 @@ def test_solutions_removed_and_checks_kept(edition, md):
         exec(stub, ns)
         with pytest.raises(NotImplementedError, match=ex.id):
             ns[ex.name](*ex.case(0).args)
+
+
+def _docstring_lines(src: str) -> set[int]:
+    """Line numbers (from 1) of the docstrings in ``src``, however many lines each spans."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(src)):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            lines.update(range(body[0].lineno, body[0].end_lineno + 1))
+    return lines
 
 
 def _with_solutions() -> list[Path]:
