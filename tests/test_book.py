@@ -303,41 +303,21 @@ def test_chapters_use_the_book_style(name):
 CODE_WIDTH = 88
 
 
-def visible_code_lines(text):
-    """(line number in the .md, line) of every line of a code cell a reader sees: the cells
-    not tagged remove-cell or remove-input (their options as ``:tags:`` lines or a ``---``
-    block)."""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        fence = re.match(r"(`{3,})\{code-cell\}", lines[i])
-        i += 1
-        if not fence:
-            continue
-        options = []
-        if i < len(lines) and lines[i].strip() == "---":
-            i += 1
-            while lines[i].strip() != "---":
-                options.append(lines[i])
-                i += 1
-            i += 1
-        while i < len(lines) and lines[i].startswith(":"):
-            options.append(lines[i])
-            i += 1
-        hidden = re.search(r"\b(remove-cell|remove-input)\b", "\n".join(options))
-        while not lines[i].startswith(fence.group(1)):
-            if not hidden:
-                yield i + 1, lines[i]
-            i += 1
-        i += 1
+def visible_code_lines(md: Path):
+    """(cell number, line) of every line of a code cell a reader sees (jupytext's cells, those
+    not tagged remove-cell or remove-input)."""
+    import jupytext
+
+    for k, cell in enumerate(jupytext.read(md).cells):
+        if cell.cell_type == "code" and not {"remove-cell", "remove-input"} & set(cell.metadata.get("tags", [])):
+            yield from ((k, line) for line in cell.source.splitlines())
 
 
 @pytest.mark.parametrize("name", NOTEBOOK_PAGES)
 def test_chapters_code_fits_the_page(name):
     """Every code line a reader sees fits the page's code box, the opening line included."""
-    text = (CHAPTERS / f"{name}.md").read_text(encoding="utf-8")
-    wide = [f"{name}.md:{n}: {len(line)} characters"
-            for n, line in visible_code_lines(text) if len(line) > CODE_WIDTH]
+    wide = [f"{name}.md, cell {k}: {len(line)} characters: {line.strip()[:40]}"
+            for k, line in visible_code_lines(CHAPTERS / f"{name}.md") if len(line) > CODE_WIDTH]
     assert not wide, f"code lines over {CODE_WIDTH} characters (the page wraps them):\n" + "\n".join(wide)
 
 
