@@ -222,12 +222,13 @@ def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_p
     # one stage or two: the runtime's price per pass, measured here under this machine's load, decides
     assert ans["stages"] in (1, 2) and ans["torchrun"].startswith(f"torchrun --nproc-per-node {ans['stages']}")
     assert json.loads((tmp_path / "plan.json").read_text())["split_spec"] == ans["split_spec"]
-    # the runtime around each pass, measured before planning, is in the forecast and the run measures it too
+    # the price of a message, measured before planning, is in the forecast, and a run over two
+    # ranks measures its own (its runtime's CPU time and its wall-clock price); one rank sends none
     priced = [n for n in ans["notes"] if n.startswith("torch's schedule runtime priced at ")]
-    assert len(priced) == 1 and ans["run"]["action_overhead_ms"] > 0
-    # a run over two ranks prices its own passes on the wall clock; one rank has no runtime per pass
-    wall = ans["run"]["action_wall_ms"]
-    assert wall is None if ans["stages"] == 1 else wall >= 0
+    assert len(priced) == 1
+    run = ans["run"]
+    assert (run["action_overhead_ms"], run["action_wall_ms"]) == (None, None) if ans["stages"] == 1 else \
+        run["action_overhead_ms"] > 0 and run["action_wall_ms"] >= 0
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -380,17 +381,19 @@ def test_a_broadcast_value_at_a_boundary_is_profiled_as_the_copy_it_is_sent_as()
     assert measure_segments(cap, training=True, repeats=1, warmup=0).backward_weight_ms[2] > 0
 
 
-def test_the_runtime_overhead_is_the_thread_s_time_outside_its_passes_per_pass():
-    from devplace_lite.pipeline.planner import runtime_overhead
+def test_the_runtime_s_cpu_time_is_counted_outside_the_passes_and_the_message_price_is_cpu_only():
+    from devplace_lite.pipeline.planner import message_price
     from devplace_lite.pipeline.torchrun import _overhead
 
     record = [("F", 0.1, 0.2, 10.0, 0, 0), ("B", 0.3, 0.4, 20.0, 0, 0), ("W", 0.5, 0.6, 5.0, 0, 0),
               ("F", 1.1, 1.2, 10.0, 0, 0), ("B", 1.3, 1.4, 20.0, 0, 0)]
     # step 1: 37 ms of thread time, 35 in passes, over 2 passes that message (W does not); step 2: 4 over 2
-    assert _overhead([(0.0, 1.0), (1.0, 2.0)], [37.0, 34.0], record) == pytest.approx(1.5)
-    assert _overhead([(5.0, 6.0)], [3.0], record) is None  # no pass in the step
+    assert _overhead([(0.0, 1.0), (1.0, 2.0)], [37.0, 34.0], record, [1]) == pytest.approx(1.5)
+    # a middle stage's passes send and receive: 4 messages in each step
+    assert _overhead([(0.0, 1.0), (1.0, 2.0)], [37.0, 34.0], record, [2]) == pytest.approx(0.75)
+    assert _overhead([(5.0, 6.0)], [3.0], record, [1]) is None  # no pass in the step
     with pytest.raises(UsageError, match="measured on CPU"):
-        runtime_overhead("cuda")
+        message_price("cuda")
 
 
 def test_a_value_two_segments_of_a_stage_save_is_counted_once():

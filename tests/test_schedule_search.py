@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from devplace_lite.errors import UsageError
 from devplace_lite.schedules.search import SegmentCosts, _Split, evaluate, global_bound, search
-from devplace_lite.schedules.simulate import SCHEDULES, stage_to_rank, stages_per_rank
+from devplace_lite.schedules.simulate import SCHEDULES, simulate, stage_to_rank, stages_per_rank
 
 
 def _instance(data, n_lo=2, n_hi=7):
@@ -81,12 +81,16 @@ def test_search_is_exhaustively_optimal_and_bounds_hold(data):
     assert below.status == "infeasible" and below.stage_of is None
 
 
-def test_the_runtime_is_priced_on_the_passes_that_send_or_receive_over_several_stages():
+def test_the_search_replays_compute_alone_and_prices_each_message_once():
     c = SegmentCosts([1, 1], [4, 4], input_ms=[1, 1], weight_ms=[4, 4], action_ms=0.5)
-    assert _Split(c, True, True).times([1]) == {"F": [1.5, 1.5], "B": [4.5, 4.5], "I": [0.5, 1.5], "W": [4.0, 4.0]}
-    assert _Split(c, True, True).times([]) == {"F": [2.0], "B": [8.0], "I": [0.0], "W": [8.0]}  # one stage: no messages
     plain = SegmentCosts([1, 1], [4, 4], input_ms=[1, 1], weight_ms=[4, 4])
+    assert _Split(c, True, True).times([1]) == _Split(plain, True, True).times([1])
+    for sched, cuts, p in (("1f1b", [1], 2), ("zbv", [1, 2, 3], 2), ("interleaved-1f1b", [1, 2, 3], 2)):
+        c4 = SegmentCosts([1, 2, 1, 2], [4, 3, 4, 3], input_ms=[1, 1, 2, 1], weight_ms=[3, 3, 2, 2], action_ms=0.5)
+        times = _Split(c4, True, SCHEDULES[sched].split_backward).times(cuts)
+        assert evaluate(c4, cuts, sched, p, 4).step_ms == simulate(sched, p, 4, times, message_ms=0.5).step_ms
     assert evaluate(c, [1], "1f1b", 2, 4).step_ms > evaluate(plain, [1], "1f1b", 2, 4).step_ms
+    assert evaluate(c, [], "1f1b", 1, 4).step_ms == evaluate(plain, [], "1f1b", 1, 4).step_ms  # one stage: no messages
     for bad in (-0.1, float("nan"), float("inf")):
         with pytest.raises(UsageError, match="action_ms must be a finite number >= 0"):
             SegmentCosts([1, 1], [4, 4], action_ms=bad)

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from devplace_lite.schedules import timeline as schedule
 from devplace_lite.errors import UsageError
-from devplace_lite.schedules.simulate import (SCHEDULES, Action, action_order, plot_gantt, rank_peaks, replay, simulate,
-                                             stage_to_rank, stages_per_rank)
+from devplace_lite.schedules.simulate import (SCHEDULES, Action, action_order, message_ends, plot_gantt, rank_peaks,
+                                             replay, simulate, stage_to_rank, stages_per_rank)
 
 MULTI = [s for s, sp in SCHEDULES.items() if sp.per_rank > 1]
 
@@ -316,3 +316,37 @@ def test_recomputation_goes_before_the_input_pass():
     assert sim.rank_peak_bytes == [20.0]  # both recomputed graphs wait for their W
     with pytest.raises(UsageError, match="recomputation flags"):
         replay(order, [0], {"F": [1.0], "I": [2.0], "W": [3.0]}, recompute=[True, False])
+
+
+@pytest.mark.parametrize("sched", list(SCHEDULES))
+def test_a_message_is_priced_on_each_pass_that_exchanges_it(sched):
+    """``message_ms`` is what a pass pays per neighbouring stage on another rank: every F, B
+    and I duration grows by exactly that many prices (W and one stage pay none), whatever the
+    schedule; a recomputing pass pays once, not once more for its forward again."""
+    p, m = 2, 4
+    n = p * stages_per_rank(sched)
+    split = SCHEDULES[sched].split_backward
+    times = {"F": [1.0 + s for s in range(n)], "B": [3.0 + s for s in range(n)]}
+    if split:
+        times.update(I=[1.0 + s / 2 for s in range(n)], W=[2.0 + s / 2 for s in range(n)])
+    ends = message_ends(stage_to_rank(sched, p))
+    for rec in (None, [True] * n):
+        plain = simulate(sched, p, m, times, recompute=rec)
+        priced = simulate(sched, p, m, times, recompute=rec, message_ms=0.25)
+        dur = {(a.kind, a.stage): t1 - t0 for _, a, t0, t1 in plain.events}
+        for _, a, t0, t1 in priced.events:
+            paid = 0 if a.kind == "W" else ends[a.stage]
+            assert t1 - t0 == pytest.approx(dur[(a.kind, a.stage)] + 0.25 * paid)
+        assert priced.step_ms > plain.step_ms
+    assert simulate(sched, 1, m, {k: v[:stages_per_rank(sched)] for k, v in times.items()}, message_ms=5.0).step_ms == \
+        simulate(sched, 1, m, {k: v[:stages_per_rank(sched)] for k, v in times.items()}).step_ms  # all on one rank
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(UsageError, match="message_ms must be a finite number >= 0"):
+            simulate(sched, p, m, times, message_ms=bad)
+
+
+def test_a_middle_stage_of_a_loop_talks_to_both_sides_and_a_v_hands_over_inside_its_rank():
+    assert message_ends(stage_to_rank("gpipe", 2)) == [1, 1]
+    assert message_ends(stage_to_rank("interleaved-1f1b", 3)) == [1, 2, 2, 2, 2, 1]
+    assert message_ends(stage_to_rank("zbv", 3)) == [1, 2, 1, 1, 2, 1]  # stages 2 and 3 share rank 2
+    assert message_ends([0]) == [0]

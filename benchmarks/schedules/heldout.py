@@ -46,7 +46,7 @@ What the runs on record show (three rounds over the sixteen cases, 15:37-15:58 U
 * **Since the table before (12:23-12:46 UTC: median 29.1 %, worst 49.5 %, 22 of 48 within
   25 %; 46 of its 48 forecasts under the wall clock)** the forecast prices what a pass costs
   on the wall clock beyond its CPU time. `devplace plan --run` still first runs a small zoo
-  model under torchrun (`runtime_overhead`), but now fits the price per forward and backward
+  model under torchrun (`message_price`), but now fits the price per forward and backward
   pass at which the replay of that run's own CPU times takes its wall-clock step
   (`torchrun.wall_price`): 0.56-2.09 ms per pass here (median 1.03), where the ranks' CPU
   time outside their passes, which it priced before, is 0.26-0.68 ms. The rest is what the

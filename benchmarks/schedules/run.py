@@ -11,7 +11,7 @@ Recorded per case:
   (thread CPU time of one micro-batch's F, B, I, W per stage);
 * **measured replay**: the same replay with the run's own least CPU time of every stage and
   action kind (and the runtime around each pass as the run measured it, where the forecast
-  prices the probe's: `devplace_lite.pipeline.planner.runtime_overhead`, measured once at the
+  prices the probe's: `devplace_lite.pipeline.planner.message_price`, measured once at the
   start as ``devplace plan --run`` does): what the step takes with one free core per rank. forecast / measured replay is
   the forecast's error that a quiet machine would show, with the load taken out;
 * **wall step**: the median wall time of the run's steps (the machine's load included);
@@ -65,7 +65,7 @@ def measure(p, steps: int) -> dict[str, Any]:
         files = p.write(tmp)
         run = launch(files["plan"], steps=steps, timeout=900)
         # the run's CPU times with the runtime priced as the forecast prices it: the compute forecast's error alone
-        replay = replay_measured(json.loads(files["plan"].read_text()), run["cpu_ms"], p.costs.runtime_ms(p.num_stages))
+        replay = replay_measured(json.loads(files["plan"].read_text()), run["cpu_ms"], p.costs.action_ms)
     return {"stages": p.num_stages, "ranks": p.ranks, "split_points": p.split_points,
             "forecast_step_ms": sim.step_ms, "forecast_rank_peak_bytes": sim.rank_peak_bytes,
             "forecast_events": [[r, a.kind, a.stage, a.microbatch, s, e] for r, a, s, e in sim.events],
@@ -163,7 +163,7 @@ against the splits people use. Columns:
   over every segment and the model timed whole) gives each segment its median share of a
   round times the least round, scaled so that the segments sum to the model timed whole; plus
   what each forward and backward pass costs on the wall clock beyond its CPU time, measured
-  once at the start as `devplace plan --run` measures it (`runtime_overhead`: the price per
+  once at the start as `devplace plan --run` measures it (`message_price`: the price per
   pass at which a small zoo model's run replays to its own wall-clock step);
 * **measured replay**: the same replay with the run's own least CPU time of every stage and
   action kind, the price per pass as the forecast has it: forecast / replay is the error of
@@ -195,7 +195,7 @@ the one before it at load 1.5-3.3):
 * **torch's runtime around each pass, on both sides.** A rank's thread spends CPU time
   outside its passes: posting and waiting for each message, the schedule's bookkeeping, the
   loss and the merged outputs on the last stage. The forecast now prices what
-  `runtime_overhead` measures on a small zoo model before planning (0.31 ms per forward and
+  `message_price` measures on a small zoo model before planning (0.31 ms per forward and
   per backward here, as `devplace plan --run` does), and the measured replay adds what each
   run's ranks spent outside their passes per pass. The worst row, ViT under 1F1B at 0.58,
   reads 0.91; the largest errors left are GPT-2 under interleaved 1F1B (0.81), ConvNeXt under
@@ -331,11 +331,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    from devplace_lite.pipeline.planner import runtime_overhead
+    from devplace_lite.pipeline.planner import message_price
 
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    action_ms = runtime_overhead()  # what `devplace plan --run` prices: measured once, as the command does
+    action_ms = message_price()  # what `devplace plan --run` prices: measured once, as the command does
     print(f"torch's runtime per pass: {action_ms:.3f} ms", flush=True)
     for name in args.models:
         print(f"-- {name}", flush=True)

@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from devplace_lite.pipeline.planner import runtime_overhead
+    from devplace_lite.pipeline.planner import message_price
 
     t0, rows = time.perf_counter(), []
-    action_ms = runtime_overhead()  # the plan prices torch's runtime per pass, as `devplace plan --run` does
+    action_ms = message_price()  # the plan prices torch's runtime per pass, as `devplace plan --run` does
     for name in args.models:
         print(f"-- {name}", flush=True)
         rows += case(name, args.schedules, args.steps, action_ms)

@@ -47,9 +47,10 @@ the first choice planned. ``--run`` and ``--calibrate`` runs come after the limi
 
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast. Before planning, a
-CPU run (``-k`` above 1) first measures what a pass costs on this machine's wall clock beyond
-its CPU time (`devplace_lite.pipeline.planner.runtime_overhead`, about 9 s: a small zoo model's
-run) and the forecast prices it on every forward and backward; ``--check``
+CPU run (``-k`` above 1) first measures what a message costs its pass on this machine's wall
+clock beyond the pass's CPU time (`devplace_lite.pipeline.planner.message_price`, about 9 s: a
+small zoo model's run) and the forecast prices it on every forward and backward, once per
+message the pass exchanges with another rank; ``--check``
 compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
 each stage's forward, backward, input- and weight-gradient times by measured / forecast, re-plans
 with them, runs again, reports the per-stage forecast error before and after, and keeps the
@@ -226,7 +227,7 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
-    from ..pipeline.planner import calibrate, plan, plan_auto, runtime_overhead
+    from ..pipeline.planner import calibrate, plan, plan_auto, message_price
     from ..pipeline.torchrun import launch
     from ..zoo import load
 
@@ -253,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
         # the run's backend on this machine prices the runtime's work around each pass; the probe
         # is a run, outside --time-limit like the runs themselves
         t = time.monotonic()
-        common["action_ms"] = runtime_overhead(timeout=args.timeout)
+        common["action_ms"] = message_price(timeout=args.timeout)
         if common["started"] is not None:
             common["started"] += time.monotonic() - t
     tried = None

@@ -416,7 +416,7 @@ class PipelinePlan:
                 "compute_ms": self.compute_ms, "load_ms": self.load_ms, "step_ms": sim.step_ms,
                 "rank_busy_ms": sim.rank_busy_ms, "rank_idle_ms": sim.rank_idle_ms,
                 "rank_peak_bytes": sim.rank_peak_bytes, "clock": self.graph.meta.get("clock", "thread CPU time"),
-                "action_ms": self.costs.runtime_ms(self.num_stages),
+                "action_ms": self.costs.action_ms if self.num_stages > 1 else 0.0,
                 "how": f"replay of {_SCHEDULES[self.schedule].torch_class}'s action order "
                        "(devplace_lite.schedules.simulate)",
                 "events": [[r, a.kind, a.stage, a.microbatch, round(t0, 6), round(t1, 6)]
@@ -579,7 +579,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     return plan
 
 
-#: The model, split and schedule `runtime_overhead` runs (a zoo model: no download, no torch.hub).
+#: The model, split and schedule `message_price` runs (a zoo model: no download, no torch.hub).
 PROBE = {"model": "resnet50", "k": 2, "schedule": "gpipe", "microbatches": 8, "batch": 16, "steps": 12}
 
 
@@ -625,10 +625,10 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         (each segment timed once at least; the notes say when they were cut), then `plan_graph`'s
         steps in what is left. None: no limit (each step gets `STEP_SECONDS`).
     action_ms : float
-        What each pass costs on the wall clock beyond its own CPU time (torch's schedule
-        runtime, its messages' waits, the ranks' interference), priced on every forward and
-        backward of a split over several ranks: `runtime_overhead` measures it on this machine
-        for the backend that will run the plan (0: not priced).
+        What a pass pays on the wall clock beyond its own CPU time per message it exchanges
+        with another rank (torch's schedule runtime, a late receive's wait, the ranks'
+        interference), priced on every forward and backward: `message_price` measures it on
+        this machine for the backend that will run the plan (0: not priced).
 
     Returns
     -------
@@ -672,10 +672,11 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     return p
 
 
-def runtime_overhead(device: str = "cpu", *, threads: int = 1, timeout: float = 300.0) -> float:
-    """Milliseconds each forward and backward pass of a pipeline costs on this machine's wall
-    clock beyond its own CPU time: `PROBE`'s plan run under torchrun here, and the price per
-    pass at which the replay of the run's CPU times takes its median wall-clock step
+def message_price(device: str = "cpu", *, threads: int = 1, timeout: float = 300.0) -> float:
+    """Milliseconds a message costs the forward or backward pass that sends or receives it on
+    this machine's wall clock, beyond the pass's own CPU time: `PROBE`'s plan run under
+    torchrun here, and the price per message at which the replay of the run's CPU times takes
+    its median wall-clock step
     (`torchrun.wall_price`; every run reports its own as ``action_wall_ms``). It holds torch's
     schedule runtime (the ranks' CPU time outside their passes, ``action_overhead_ms``), the
     waits of messages whose receive is posted after the send (gloo moves the data once both
@@ -712,7 +713,7 @@ def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool
     `plan_graph` takes, for planning one profile several ways (schedules, micro-batches).
     ``budget`` (`devplace_lite.solve.Budget`) with a limit: the measurement's repeats stop at
     ``share`` of what the capture left (each segment timed once at least), said in the graph's
-    notes. ``action_ms``: the schedule runtime's cost per pass (see `plan`), kept with the segments."""
+    notes. ``action_ms``: what a pass pays per message it exchanges (see `plan`), kept with the segments."""
     from .capture import capture as capture_model
     from .capture import measure_segments, segment_graph
 
@@ -731,8 +732,9 @@ def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool
     if action_ms:
         graph.meta["segments"]["action_ms"] = float(action_ms)
         graph.meta.setdefault("notes", []).append(
-            f"torch's schedule runtime priced at {action_ms:.3f} ms per forward and per backward pass of a "
-            "multi-rank split (measured: what a pass costs on the wall clock beyond its CPU time)")
+            f"torch's schedule runtime priced at {action_ms:.3f} ms per message a forward or backward pass "
+            "exchanges with another rank (measured: what a message costs its pass on the wall clock beyond "
+            "the pass's CPU time)")
     if times.cut_short:
         graph.meta.setdefault("notes", []).append(
             f"the time limit cut the measurement short: {times.cut_short} of {len(times.forward_ms)} segment(s) "

@@ -22,9 +22,9 @@ ranks wrote:
   step's actions (for a Gantt chart), and the schedule's replay with those CPU times;
 * per rank, its thread's CPU time outside its passes per forward and backward pass
   (``action_overhead_ms``: torch's schedule runtime, messages and bookkeeping), and over the
-  run, the wall-clock price per pass at which the replay of its CPU times takes its measured
-  step (``action_wall_ms``, `wall_price`: the runtime's CPU time, its messages' waits, the
-  ranks' interference), which `devplace_lite.pipeline.planner.runtime_overhead` measures on a
+  run, the wall-clock price per message a pass exchanges at which the replay of its CPU times
+  takes its measured step (``action_wall_ms``, `wall_price`: the runtime's CPU time, its
+  messages' waits, the ranks' interference), which `devplace_lite.pipeline.planner.message_price` measures on a
   small zoo model for a plan to price before its run;
 * per rank, the peak memory: parameters, their gradients when training, and the high-water
   mark of the activations autograd saves, counted in the first step (the counting hooks cost
@@ -76,6 +76,7 @@ from typing import Any, Sequence
 
 from ..errors import GraphError, UsageError, rank_error, read_logs
 from ..files import write_text_atomic
+from ..schedules.simulate import message_ends
 from .resources import check_resources, free_port
 
 #: Unmeasured first steps of a run: glibc hands a process's first large buffers back and forth
@@ -457,7 +458,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             "forward_cpu_ms": [c for k, _, _, c, *_ in record if k == "F"],
             "backward_cpu_ms": [c for k, _, _, c, *_ in record if k in "BIW"],
             "loss": sum(float(x) for x in losses) / len(losses) if last and losses else None,
-            "action_overhead_ms": None if cuda else _overhead(steps, mine_cpu, record),
+            "action_overhead_ms": None if cuda else _overhead(steps, mine_cpu, record, message_ends(s2r)),
             "param_bytes": sum(p.numel() * p.element_size() for p in params),
             "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
             "activation_peak_bytes": int(meter.peak),
@@ -481,14 +482,17 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     return 0
 
 
-def _overhead(steps: Sequence[tuple[float, float]], step_cpu_ms: Sequence[float], record: Sequence[tuple]) -> float | None:
-    """The rank thread's CPU time in a step outside its passes, per forward and backward (or
-    input-gradient) pass, median over the measured steps: torch's schedule runtime around the
-    passes (posting and waiting for messages, bookkeeping, the loss on the last stage)."""
+def _overhead(steps: Sequence[tuple[float, float]], step_cpu_ms: Sequence[float], record: Sequence[tuple],
+              ends: Sequence[int]) -> float | None:
+    """The rank thread's CPU time in a step outside its passes, per message its forward and
+    backward (or input-gradient) passes exchange with another rank (``ends[s]`` per pass of
+    stage ``s``, `message_ends`), median over the measured steps: torch's schedule runtime
+    around the passes (posting and waiting for messages, bookkeeping, the loss on the last
+    stage), priced as the replay prices a message."""
     per = []
     for (t0, t1), cpu in zip(steps, step_cpu_ms):
         passes = [r for r in record if t0 <= r[1] <= t1]
-        count = sum(1 for r in passes if r[0] != "W")
+        count = sum(ends[r[4]] for r in passes if r[0] != "W")
         if count:
             per.append(max(0.0, cpu - sum(r[3] for r in passes)) / count)
     return float(statistics.median(per)) if per else None
@@ -708,33 +712,33 @@ def _stop(procs: list) -> None:
 
 def replay_measured(plan: dict, cpu: dict[str, float], overhead: float | None = None) -> float | None:
     """The schedule's replay with the run's own least CPU time of every stage and action kind
-    (plus the runtime's measured ``overhead`` on each forward and backward or input-gradient
-    pass, as the forecast prices it), no transfers: the step a machine with one free core per
-    rank would take (a wall-clock step on a shared machine also holds the other processes' time)."""
+    (plus the runtime's measured ``overhead`` per message a pass exchanges with another rank,
+    as the forecast prices it), no transfers: the step a machine with one free core per rank
+    would take (a wall-clock step on a shared machine also holds the other processes' time)."""
     from ..schedules.simulate import simulate
 
     n = int(plan["stages"])
-    o = (overhead or 0.0) if n > 1 else 0.0
     f = [cpu.get(f"{s}:F", 0.0) for s in range(n)]
     i = [cpu.get(f"{s}:I", 0.0) for s in range(n)]
     w = [cpu.get(f"{s}:W", 0.0) for s in range(n)]
     b = [cpu.get(f"{s}:B", i[s] + w[s]) for s in range(n)]
-    f, i, b = ([x + o for x in xs] for xs in (f, i, b))
     times = {"F": f, "B": b, "I": i, "W": w} if plan["training"] else {"F": f}
     try:
         return simulate(plan["schedule"], int(plan.get("ranks", n)), int(plan["microbatches"]), times,
-                        per_rank=int(plan.get("stages_per_rank", 1)), training=bool(plan["training"])).step_ms
+                        per_rank=int(plan.get("stages_per_rank", 1)), training=bool(plan["training"]),
+                        message_ms=overhead or 0.0).step_ms
     except UsageError:
         return None
 
 
 def wall_price(plan: dict, cpu: dict[str, float], step_ms: float) -> float | None:
-    """The price per forward and backward (or input-gradient) pass at which the replay of the
-    run's CPU times (`replay_measured`, with that price as its runtime per pass) takes the
-    run's wall-clock step ``step_ms``: what a pass costs on the wall clock beyond its own CPU
-    time (the runtime's CPU time, a message's wait, the ranks' interference). 0 when the replay
-    without it already takes as long; None for one stage (no runtime per pass) or a schedule
-    the replay refuses. The replay is monotone in the price, so a bisection finds it.
+    """The price per message a forward or backward (or input-gradient) pass exchanges with
+    another rank at which the replay of the run's CPU times (`replay_measured`, with that price)
+    takes the run's wall-clock step ``step_ms``: what a message costs its pass on the wall clock
+    beyond the pass's own CPU time (the runtime's CPU time, a late receive's wait, the ranks'
+    interference). 0 when the replay without it already takes as long; None for one stage (no
+    messages) or a schedule the replay refuses. The replay is monotone in the price, so a
+    bisection finds it.
 
     >>> plan = {"stages": 2, "ranks": 2, "schedule": "gpipe", "microbatches": 2, "training": True}
     >>> cpu = {"0:F": 1.0, "0:B": 2.0, "1:F": 1.0, "1:B": 2.0}

@@ -86,10 +86,10 @@ class SegmentCosts:
     ``first_input_bytes`` the model inputs the first stage reads (a stage's input: what it keeps
     per micro-batch when it recomputes its activations); ``input_ms`` and ``weight_ms``: torch's
     input- and weight-gradient passes, measured (without ``weight_ms``, W is B - I; without
-    either, I and W are half of B each); ``action_ms``: what each forward and each backward (or
-    input-gradient) pass of a split over several ranks costs on the wall clock beyond its own
-    time (torch's schedule runtime, its messages' waits, the ranks' interference:
-    `devplace_lite.pipeline.planner.runtime_overhead` measures it), added to those actions;
+    either, I and W are half of B each); ``action_ms``: what a forward or backward (or
+    input-gradient) pass pays on the wall clock beyond its own time per message it exchanges
+    with another rank (torch's schedule runtime, its messages' waits, the ranks' interference:
+    `devplace_lite.pipeline.planner.message_price` measures it), the replay's ``message_ms``;
     ``shared_saves``: ``(bytes, segments)`` of each value that several segments save for their
     backward (one tensor inside a stage: counted once per stage, `stage_bytes`)."""
 
@@ -125,11 +125,6 @@ class SegmentCosts:
     @property
     def n(self) -> int:
         return len(self.forward_ms)
-
-    def runtime_ms(self, stages: int) -> float:
-        """``action_ms`` on each F, B and I pass of a split into ``stages`` stages: a split over
-        several stages pays torch's schedule runtime around its passes, one stage runs none."""
-        return self.action_ms if stages > 1 else 0.0
 
 
 @dataclass
@@ -210,19 +205,17 @@ class _Split:
         return x if self.pw is not None else min(x, self.pb[j] - self.pb[i])
 
     def times(self, cuts: Sequence[int]) -> dict[str, list[float]]:
-        """Per stage: F, and B, I, W in training; the runtime's ``action_ms`` goes on the
-        passes that send or receive (F, B and I: W waits for nothing), over several stages only.
-        The bounds leave it out, which keeps them lower bounds (the replay is monotone)."""
+        """Per stage: F, and B, I, W in training, compute alone (the replay adds the price of
+        the messages, ``action_ms``; the bounds leave it out, which keeps them lower bounds:
+        the replay is monotone)."""
         b = self.bounds(cuts)
-        o = self.c.runtime_ms(len(b))
-        f = [self.pf[j] - self.pf[i] + o for i, j in b]
-        out = {"F": f}
+        out = {"F": [self.pf[j] - self.pf[i] for i, j in b]}
         if self.training:
             bb = [self.pb[j] - self.pb[i] for i, j in b]
             ii = [self._input(i, j) for i, j in b]
             ww = [x - y for x, y in zip(bb, ii)] if self.pw is None else \
                 [x if i == 0 else self.pw[j] - self.pw[i] for (i, j), x in zip(b, bb)]
-            out.update(B=[x + o for x in bb], I=[x + o for x in ii], W=ww)
+            out.update(B=bb, I=ii, W=ww)
         return out
 
     def stage_bound(self, i: int, j: int, m: int) -> float:
@@ -307,7 +300,8 @@ def evaluate(c: SegmentCosts, cuts: Sequence[int], schedule: str, ranks: int, mi
     sp = _Split(c, training, SCHEDULES[schedule].split_backward)
     fwd, back = _cut_times(c, cuts)
     return simulate(schedule, ranks, microbatches, sp.times(cuts), per_rank=per_rank, training=training,
-                    transfer_ms=fwd, transfer_back_ms=back, recompute=recompute, **stage_bytes(c, cuts))
+                    transfer_ms=fwd, transfer_back_ms=back, recompute=recompute, message_ms=c.action_ms,
+                    **stage_bytes(c, cuts))
 
 
 def recompute_choices(c: SegmentCosts, cuts: Sequence[int], schedule: str, ranks: int, microbatches: int,

@@ -54,6 +54,17 @@ weight pass too). So recomputation never shortens a step (times only grow) and, 
 stage's input is no larger than its activations, never raises a rank's peak: with ``c``
 micro-batches in flight it holds ``(c - 1) input + activations <= c activations``.
 
+What a message costs
+--------------------
+On the wall clock a pass that sends or receives pays more than its compute: torch's runtime
+posts and waits for each message, and a receive posted after its send waits for the sender's
+side to move the data (`devplace_lite.pipeline.torchrun.wall_price` measures it). ``message_ms``
+prices that per message a pass exchanges with another rank: a stage's ``F``, ``B`` and ``I``
+each pay it once per neighbouring stage on another rank (``W`` exchanges none). A stage in the
+middle of a loop schedule sends and receives on both sides, so interleaved 1F1B over four
+stages pays half again what a two-stage split pays per pass; the V schedules hand the middle
+stage's activations over inside a rank, which costs no message.
+
 Exactness: the replay is exact for its model (a max-plus recurrence over the actions). All
 times enter through ``max`` and ``+`` only, so the step time never decreases when an action or a
 transfer gets longer (the planner's bound rests on this). With equal stages and no transfers
@@ -328,6 +339,30 @@ def _durations(times: Mapping[str, Sequence[float]], n: int, split: bool,
     return out
 
 
+def message_ends(stage_rank: Sequence[int]) -> list[int]:
+    """Per stage, how many of its neighbouring stages sit on another rank: the messages each of
+    its ``F``, ``B`` and ``I`` passes exchanges.
+
+    Examples
+    --------
+    >>> message_ends(stage_to_rank("interleaved-1f1b", 2)), message_ends(stage_to_rank("zbv", 2))
+    ([1, 2, 2, 1], [1, 1, 1, 1])
+    """
+    n = len(stage_rank)
+    return [int(s > 0 and stage_rank[s - 1] != stage_rank[s]) + int(s < n - 1 and stage_rank[s + 1] != stage_rank[s])
+            for s in range(n)]
+
+
+def _price_messages(t: dict[str, list[float]], stage_rank: Sequence[int], message_ms: float) -> None:
+    """Add ``message_ms`` per message to each stage's ``F``, ``B`` and ``I`` in ``t``."""
+    if not (message_ms >= 0 and message_ms != float("inf")):
+        raise UsageError(f"message_ms must be a finite number >= 0, got {message_ms}")
+    for s, k in enumerate(message_ends(stage_rank)):
+        for kind in ("F", "B", "I"):
+            if kind in t:
+                t[kind][s] += k * message_ms
+
+
 def _flags(recompute: Sequence[bool] | None, n: int) -> list[bool]:
     if recompute is None:
         return [False] * n
@@ -339,7 +374,8 @@ def _flags(recompute: Sequence[bool] | None, n: int) -> list[bool]:
 def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], times: Mapping[str, Sequence[float]], *,
            transfer_ms: Sequence[float] | None = None, transfer_back_ms: Sequence[float] | None = None,
            static_bytes: Sequence[float] | None = None, activation_bytes: Sequence[float] | None = None,
-           input_bytes: Sequence[float] | None = None, recompute: Sequence[bool] | None = None) -> Simulation:
+           input_bytes: Sequence[float] | None = None, recompute: Sequence[bool] | None = None,
+           message_ms: float = 0.0) -> Simulation:
     """Replay a per-rank action ``order`` (see the module docstring).
 
     Parameters
@@ -359,6 +395,9 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
         Per stage: its input of one micro-batch, what a recomputing stage keeps (zero by default).
     recompute : sequence of bool, optional
         Per stage: recompute its activations in its backward (none by default; training only).
+    message_ms : float
+        What a pass pays per message it exchanges with another rank, beyond its own time (see
+        the module docstring; zero by default). A recomputing pass pays it once.
 
     Returns
     -------
@@ -367,12 +406,14 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
     Raises
     ------
     UsageError
-        Times that do not fit the stages, or an order that waits on itself (deadlock).
+        Times that do not fit the stages, a ``message_ms`` that is not a finite number >= 0,
+        or an order that waits on itself (deadlock).
     """
     n = len(stage_rank)
     kinds = {a.kind for acts in order.values() for a in acts}
     rec = _flags(recompute, n) if kinds - {"F"} else [False] * n  # inference keeps nothing to recompute
     t = _durations(times, n, split=bool(kinds & {"I", "W"}), recompute=rec)
+    _price_messages(t, stage_rank, message_ms)
     for k in kinds:
         if k not in t:
             raise UsageError(f"the order has {k} actions but no {k} times were given")
@@ -500,7 +541,7 @@ def simulate(schedule: str, ranks: int, microbatches: int, times: Mapping[str, S
              per_rank: int | None = None, training: bool = True, transfer_ms: Sequence[float] | None = None,
              transfer_back_ms: Sequence[float] | None = None, static_bytes: Sequence[float] | None = None,
              activation_bytes: Sequence[float] | None = None, input_bytes: Sequence[float] | None = None,
-             recompute: Sequence[bool] | None = None) -> Simulation:
+             recompute: Sequence[bool] | None = None, message_ms: float = 0.0) -> Simulation:
     """`replay` of ``schedule``'s torch order on ``ranks`` ranks (see `action_order`, `stage_to_rank`).
 
     Examples
@@ -512,7 +553,7 @@ def simulate(schedule: str, ranks: int, microbatches: int, times: Mapping[str, S
     order = action_order(schedule, ranks, microbatches, per_rank, training)
     return replay(order, stage_to_rank(schedule, ranks, per_rank), times, transfer_ms=transfer_ms,
                   transfer_back_ms=transfer_back_ms, static_bytes=static_bytes, activation_bytes=activation_bytes,
-                  input_bytes=input_bytes, recompute=recompute)
+                  input_bytes=input_bytes, recompute=recompute, message_ms=message_ms)
 
 
 def run_events(events: Sequence[Sequence[Sequence[Any]]]) -> list[tuple[int, Action, float, float]]:
