@@ -48,10 +48,10 @@ the first choice planned. ``--run`` and ``--calibrate`` runs come after the limi
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast. Before planning, a
 CPU run (``-k`` above 1) first measures what a message costs its pass on this machine's wall
-clock beyond the pass's CPU time (`devplace_lite.pipeline.planner.message_price`, about 9 s: a
-small zoo model's run) and the forecast prices it on every forward and backward, once per
-message the pass exchanges with another rank; ``--check``
-compares outputs and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
+clock beyond the pass's CPU time (`devplace_lite.pipeline.planner.message_price`, about 20 s:
+three short runs of a small zoo model) and the forecast prices it on every forward and
+backward, once per message the pass exchanges with another rank; ``--check`` compares outputs
+and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
 each stage's forward, backward, input- and weight-gradient times by measured / forecast, re-plans
 with them, runs again, reports the per-stage forecast error before and after, and keeps the
 plan whose forecast was nearer its run (it says which).

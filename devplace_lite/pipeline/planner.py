@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -580,7 +581,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
 
 
 #: The model, split and schedule `message_price` runs (a zoo model: no download, no torch.hub).
-PROBE = {"model": "resnet50", "k": 2, "schedule": "gpipe", "microbatches": 8, "batch": 16, "steps": 12}
+PROBE = {"model": "resnet50", "k": 2, "schedule": "gpipe", "microbatches": 8, "batch": 16, "steps": 8, "launches": 3}
 
 
 def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int = 4, schedule: str = "1f1b",
@@ -676,32 +677,43 @@ def message_price(device: str = "cpu", *, threads: int = 1, timeout: float = 300
     """Milliseconds a message costs the forward or backward pass that sends or receives it on
     this machine's wall clock, beyond the pass's own CPU time: `PROBE`'s plan run under
     torchrun here, and the price per message at which the replay of the run's CPU times takes
-    its median wall-clock step
-    (`torchrun.wall_price`; every run reports its own as ``action_wall_ms``). It holds torch's
+    its median wall-clock step (`torchrun.wall_price`; every run reports its own as
+    ``action_wall_ms``), the median over ``PROBE["launches"]`` launches. It holds torch's
     schedule runtime (the ranks' CPU time outside their passes, ``action_overhead_ms``), the
     waits of messages whose receive is posted after the send (gloo moves the data once both
-    sides have posted; `benchmarks/schedules/heldout.md`) and the ranks' interference. What
-    `plan` takes as ``action_ms``. CPU (gloo) only: on a GPU the passes are asynchronous and a
-    thread's CPU time does not separate them.
+    sides have posted; `benchmarks/schedules/heldout.md`) and the ranks' interference. Each
+    launch draws its own price (on a 2-vCPU machine a late receive costs a pair of processes
+    about 0.15 ms or 2-4 ms, for the pair's life), and the run the plan forecasts is one more
+    draw: the median of a few launches is nearer it than one launch. What `plan` takes as
+    ``action_ms``. CPU (gloo) only: on a GPU the passes are asynchronous and a thread's CPU
+    time does not separate them.
 
     Raises
     ------
     UsageError
         A device other than ``"cpu"``.
     GraphError
-        The run failed or took longer than ``timeout`` seconds.
+        A run failed, or the launches took longer than ``timeout`` seconds together.
     """
     from ..zoo import load
     from .torchrun import launch
 
     if device != "cpu":
-        raise UsageError(f"the runtime overhead is measured on CPU (gloo) only, not on {device!r}")
+        raise UsageError(f"the price of a message is measured on CPU (gloo) only, not on {device!r}")
     model, inputs = load(PROBE["model"], batch=PROBE["batch"])
     p = plan(model, inputs, k=PROBE["k"], microbatches=PROBE["microbatches"], schedule=PROBE["schedule"], repeats=1,
              model_spec=PROBE["model"])
+    deadline = time.monotonic() + timeout
+    prices = []
     with tempfile.TemporaryDirectory(prefix="devplace-probe-") as tmp:
-        run = launch(p.write(tmp)["plan"], steps=PROBE["steps"], threads=threads, timeout=timeout)
-    return float(run["action_wall_ms"] or 0.0)
+        script = p.write(tmp)["plan"]
+        for _ in range(PROBE["launches"]):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise GraphError(f"the probe's {PROBE['launches']} launches took longer than {timeout:g} s: "
+                                 "raise --timeout")
+            prices.append(launch(script, steps=PROBE["steps"], threads=threads, timeout=left)["action_wall_ms"] or 0.0)
+    return float(statistics.median(prices))
 
 
 def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool = True, granularity: str = "block",
