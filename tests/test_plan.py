@@ -219,7 +219,7 @@ def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_p
     ans = json.loads(out)
     assert ans["capture"] == "torch.fx" and any("blocks.1" in n for n in ans["notes"])
     assert ans["run"]["check"]["outputs_allclose"] and ans["run"]["check"]["grads_allclose"]
-    # one stage or two: the runtime's price per pass, measured here under this machine's load, decides
+    # one stage or two: the price of a message, measured here under this machine's load, decides
     assert ans["stages"] in (1, 2) and ans["torchrun"].startswith(f"torchrun --nproc-per-node {ans['stages']}")
     assert json.loads((tmp_path / "plan.json").read_text())["split_spec"] == ans["split_spec"]
     # the price of a message, measured before planning, is in the forecast, and a run over two

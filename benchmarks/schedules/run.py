@@ -78,7 +78,7 @@ def measure(p, steps: int) -> dict[str, Any]:
 
 def profiled(name: str, action_ms: float = 0.0):
     """``(spec, graph)``: external model ``name`` profiled once into its segment graph, torch's
-    runtime priced at ``action_ms`` per pass."""
+    runtime priced at ``action_ms`` per message."""
     from devplace_lite.pipeline.planner import segment_profile
     from devplace_lite.zoo import load
 
@@ -176,29 +176,34 @@ against the splits people use. Columns:
   gradients and the high-water mark of saved tensors in the run).
 
 What this table changed (the table before it read forecast / wall median 10.1 %, worst
-32.4 %, 33 of 39 within 25 %; this one was run at load 1.1-1.9, 20:38-20:44 UTC):
+32.4 %, 33 of 39 within 25 %; this one was run at load 1.0-2.0, 21:44-21:50 UTC):
 
 * **a message's price, not a pass's.** The wall price is now paid once per message a pass
   exchanges with another rank (`simulate`'s ``message_ms``; `torchrun.wall_price` fits it the
   same way). A middle stage of interleaved 1F1B receives from one side and sends to the
   other, so each of its passes pays twice what a pass of a two-stage split pays; ZB-V hands
   its middle activations over inside a rank, which sends nothing, so its passes pay once, as
-  before. The probe is a two-stage split, where a pass and a message are the same count
-  (0.97 ms here). The interleaved rows' forecast / wall read 0.68-1.03 before (median 0.83, 4
-  of 10 beyond 25 %) and 0.78-1.08 here (median 0.96, none beyond); their median error went
-  from 17.5 to 7.1 %. Over the 39 runs: forecast / wall median 9.4 %, worst 35.8 %, 34 of 39
-  within 25 %, 27 within 15 %; forecast / replay median 3.1 %, worst 23.6 % (MobileNetV3
-  under GPipe, whose run's own CPU times read 1.31x its profile's: the machine's speed moved
-  between the two).
-* **The five misses are rows the change does not touch**, all under the wall clock:
-  MobileNetV3 under GPipe (0.64, the profile's error above) and 1F1B (0.74), EfficientNet
-  under 1F1B (0.74), BERT under GPipe (0.74) and OPT under ZB-V (0.75). The two-stage rows'
-  median forecast / wall moved from 0.92 to 0.89 (GPipe) and 0.87 to 0.84 (1F1B) between the
-  two tables with their model unchanged: the price fitted on the probe's launch is not the
-  run's. A late receive costs a pair of processes either about 0.15 ms or 2-4 ms, the same
-  for the pair's life (`python -m benchmarks.schedules.messages --pairs 3`, 20:45 UTC: 0.15,
-  3.59 and 0.15 ms for 32 KiB; with `--floats 196608`, 768 KiB, 1.94, 2.50 and 4.42 ms), and
-  the probe and the run are different launches.
+  before. The probe is a two-stage split, where a pass and a message are the same count.
+* **the probe's median over three launches.** Each launch draws its own price (six launches
+  in a row: 0.59-1.93 ms), since a late receive costs a pair of processes either about
+  0.15 ms or 2-4 ms, the same for the pair's life (`python -m benchmarks.schedules.messages
+  --pairs 3`, 20:45 UTC: 0.15, 3.59 and 0.15 ms for 32 KiB; with `--floats 196608`, 768 KiB,
+  1.94, 2.50 and 4.42 ms). The probe now takes the median of three launches: 1.41 ms here.
+* **Now**: forecast / wall median 5.2 %, worst 38.7 %, 36 of 39 within 25 %, 31 within 15 %;
+  the interleaved rows read 0.84-1.37 (median 1.04; 0.68-1.04, median 0.83 before), GPipe
+  0.84-1.11, 1F1B 0.61-1.05, ZB-V 0.93-1.12. Forecast / replay median 3.0 %, worst 30.7 %
+  (GPT-2 under 1F1B, whose run's own CPU times read 1.45x its profile's: the machine's speed
+  moved between the two). The misses: GPT-2 under 1F1B (0.61, that profile error), ViT and
+  OPT under interleaved 1F1B (1.37 and 1.29 over: four stages pay twice the price of two at
+  their middle, so a high draw of the price weighs double there).
+* **One run in between** (20:38-20:44 UTC) with the price per message and a one-launch probe
+  (0.97 ms): forecast / wall median 9.4 %, worst 35.8 %, 34 of 39 within 25 %; interleaved
+  median 0.96 (0.78-1.08, none beyond 25 %); its five misses were two- and ZB-V rows under
+  the wall clock, MobileNetV3 under GPipe (0.64, a profile error of 0.76) and 1F1B (0.74),
+  EfficientNet under 1F1B, BERT under GPipe and OPT under ZB-V (0.74-0.75). Between the
+  three tables the two-stage rows, whose model did not change, read forecast / wall medians
+  of 0.92, 0.89 and 1.00 (GPipe) and 0.87, 0.84 and 0.96 (1F1B): the spread of this
+  machine, run to run.
 
 What the table before changed (run at load 0.8-1.9, 15:59-16:05 UTC; the one before it read
 a median error of 4.9 %, worst 19.0 %, against the replay):
@@ -362,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     action_ms = message_price()  # what `devplace plan --run` prices: measured once, as the command does
-    print(f"torch's runtime per pass: {action_ms:.3f} ms", flush=True)
+    print(f"the price of a message: {action_ms:.3f} ms", flush=True)
     for name in args.models:
         print(f"-- {name}", flush=True)
         try:

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     from devplace_lite.pipeline.planner import message_price
 
     t0, rows = time.perf_counter(), []
-    action_ms = message_price()  # the plan prices torch's runtime per pass, as `devplace plan --run` does
+    action_ms = message_price()  # the plan prices a message, as `devplace plan --run` does
     for name in args.models:
         print(f"-- {name}", flush=True)
         rows += case(name, args.schedules, args.steps, action_ms)

@@ -1046,7 +1046,7 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
               first: dict[str, Any] | None = None, device: str = "cpu") -> dict[str, Any]:
     """Run ``p`` under torchrun, scale each stage's forward, backward, input- and weight-gradient
     times by measured / forecast (one factor per stage and action kind, applied to that stage's
-    segments) and price torch's runtime per pass as the run measured it (``action_wall_ms``),
+    segments) and price a message as the run measured it (``action_wall_ms``),
     re-plan with the scaled profile, run that plan, and keep whichever forecast was
     nearer its own run (the largest per-stage error of the compute forecast; ties keep the
     calibrated one): calibration never leaves the plan's forecast worse than it found it. The
@@ -1066,7 +1066,7 @@ def calibrate(p: PipelinePlan, folder: str | Path, *, steps: int = 3, nodes: int
     scales = _stage_scales(p, first)
     seg_stage = p.stage_of
     g = scaled_graph(p.graph, *([scales[k][s] for s in seg_stage] for k in "FBIW"))
-    if first.get("action_wall_ms") is not None and p.num_stages > 1:  # the runtime per pass, as the run measured it
+    if first.get("action_wall_ms") is not None and p.num_stages > 1:  # a message's price, as the run measured it
         g.meta["segments"]["action_ms"] = float(first["action_wall_ms"])
     q = plan_graph(g,
                    k=p.k or p.ranks, per_rank=p.per_rank, microbatches=p.microbatches, schedule=p.schedule,

@@ -20,7 +20,7 @@ ranks wrote:
   backward), the CPU time of one micro-batch on the rank's thread (the least over micro-batches
   and steps: a shared machine's load does not inflate it), the wall time of each step, the last
   step's actions (for a Gantt chart), and the schedule's replay with those CPU times;
-* per rank, its thread's CPU time outside its passes per forward and backward pass
+* per rank, its thread's CPU time outside its passes per message its passes exchange
   (``action_overhead_ms``: torch's schedule runtime, messages and bookkeeping), and over the
   run, the wall-clock price per message a pass exchanges at which the replay of its CPU times
   takes its measured step (``action_wall_ms``, `wall_price`: the runtime's CPU time, its
