@@ -194,11 +194,11 @@ What this table changed (the table before it read forecast / wall median 10.1 %,
   0.84-1.11, 1F1B 0.61-1.05, ZB-V 0.93-1.12. Forecast / replay median 3.0 %, worst 30.7 %
   (GPT-2 under 1F1B, whose run's own CPU times read 1.45x its profile's: the machine's speed
   moved between the two). The misses: GPT-2 under 1F1B (0.61, that profile error), ViT and
-  OPT under interleaved 1F1B (1.37 and 1.29 over: four stages pay twice the price of two at
-  their middle, so a high draw of the price weighs double there).
+  OPT under interleaved 1F1B (1.37 and 1.29, over: their middle stages pay the price twice,
+  so a high draw of it weighs double there).
 * **One run in between** (20:38-20:44 UTC) with the price per message and a one-launch probe
   (0.97 ms): forecast / wall median 9.4 %, worst 35.8 %, 34 of 39 within 25 %; interleaved
-  median 0.96 (0.78-1.08, none beyond 25 %); its five misses were two- and ZB-V rows under
+  median 0.96 (0.78-1.08, none beyond 25 %); its five misses were two-stage and ZB-V rows under
   the wall clock, MobileNetV3 under GPipe (0.64, a profile error of 0.76) and 1F1B (0.74),
   EfficientNet under 1F1B, BERT under GPipe and OPT under ZB-V (0.74-0.75). Between the
   three tables the two-stage rows, whose model did not change, read forecast / wall medians

@@ -227,7 +227,7 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
-    from ..pipeline.planner import calibrate, plan, plan_auto, message_price
+    from ..pipeline.planner import calibrate, message_price, plan, plan_auto
     from ..pipeline.torchrun import launch
     from ..zoo import load
 

@@ -11,7 +11,7 @@
   the exact split among split points with its proven bound, the split with the least replayed
   step under any of torch's schedules (`devplace_lite.schedules`), memory per rank, calibration,
   and the splits practitioners use (`planner.with_method`, `planner.even_split`) scored alike,
-  and the probe of torch's schedule runtime that a plan for a run prices (`planner.message_price`);
+  and the probe of what a message costs on this machine, which a plan for a run prices (`planner.message_price`);
 * `torchrun` — the one runner: a plan's script under ``torchrun``, one process per rank, on
   one machine or several, with per-stage CPU times, memory and an exactness check;
 * `resources` — how many ranks this machine can host (no torch needed on CPU);

@@ -24,8 +24,9 @@ ranks wrote:
   (``action_overhead_ms``: torch's schedule runtime, messages and bookkeeping), and over the
   run, the wall-clock price per message a pass exchanges at which the replay of its CPU times
   takes its measured step (``action_wall_ms``, `wall_price`: the runtime's CPU time, its
-  messages' waits, the ranks' interference), which `devplace_lite.pipeline.planner.message_price` measures on a
-  small zoo model for a plan to price before its run;
+  messages' waits, the ranks' interference), which
+  `devplace_lite.pipeline.planner.message_price` measures on a small zoo model for a plan to
+  price before its run;
 * per rank, the peak memory: parameters, their gradients when training, and the high-water
   mark of the activations autograd saves, counted in the first step (the counting hooks cost
   CPU time, so the measured steps run without them);
