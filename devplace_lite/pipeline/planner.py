@@ -744,9 +744,8 @@ def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool
     if action_ms:
         graph.meta["segments"]["action_ms"] = float(action_ms)
         graph.meta.setdefault("notes", []).append(
-            f"torch's schedule runtime priced at {action_ms:.3f} ms per message a forward or backward pass "
-            "exchanges with another rank (measured: what a message costs its pass on the wall clock beyond "
-            "the pass's CPU time)")
+            f"a message priced at {action_ms:.3f} ms on each forward and backward pass that sends or receives "
+            "it (measured here: what a message costs its pass on the wall clock beyond the pass's CPU time)")
     if times.cut_short:
         graph.meta.setdefault("notes", []).append(
             f"the time limit cut the measurement short: {times.cut_short} of {len(times.forward_ms)} segment(s) "
