@@ -138,6 +138,12 @@ What the table before showed (three rounds, 15:37-15:58 UTC):
   unbound, ran slower bound: median step 64.6 ms against 56.7 ms, price per pass 2.32 against
   1.55 ms, wall over CPU replay 1.36 against 1.22. Bound, a rank's gloo thread has only its
   rank's core, busy with the rank's own passes; unbound, it runs on whichever core is free.
+  Tried again with the price per message and the three-launch probe (each rank and its
+  threads bound to a core by ``LOCAL_RANK``, the probe bound the same way; one round of this
+  benchmark, 23:34-23:46 UTC): the probe still drew 0.49-2.20 ms, the wall clock over the
+  run's CPU replay read 1.07-1.92 (median 1.22, as unbound), and two of sixteen commands
+  missed: ShuffleNet under ZB-V at 42.9 % (wall 167.8 ms, where unbound runs read 86-107 ms)
+  and DistilBERT under GPipe at 25.0 %. Not adopted.
 * **What a message costs beyond CPU time.** torch's schedules post a stage's receive only
   when the stage reaches the action that needs it, and gloo moves the data once both sides
   have posted. In a DistilBERT GPipe run here (`_sorted_batch_p2p` and `_wait_batch_p2p`
