@@ -583,14 +583,14 @@ def test_reference_pages(book, browser):
 @pytest.mark.slow
 def test_pdf_holds_every_chapter_with_figures_and_math(book):
     """`make pdf` in the same clone (FAST): the single-page HTML printed by Chromium, every
-    chapter in it, every figure and formula, and nothing wider than the page (measured with
-    print styles at the page's printable width)."""
+    chapter in it, every figure and formula, nothing wider than the page and no line of a
+    cell's code wrapped (measured with print styles at the page's printable width)."""
     install_chromium()
     r = book_command(book.checkout, "pdf")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     m = re.search(r"devplace_lite\.pdf written: (\d+) headings, (\d+) figures, (\d+) formulas typeset, "
-                  r"nothing wider than the page", r.stdout)
+                  r"nothing wider than the page, no code line wrapped", r.stdout)
     assert m, out[-2000:]
     headings, figures, formulas = map(int, m.groups())
     single = book.checkout / "build" / "book-singlehtml" / "_build" / "singlehtml" / f"{toc_files()[0]}.html"
@@ -621,8 +621,16 @@ def test_pdf_check_catches_what_is_wider_than_the_page(tmp_path):
     seen = bk.print_pdf(tmp_path / "wide.html", tmp_path / "wide.pdf", binary)
     text = " | ".join(seen["overflow"])
     assert text.count("px in") == 3 and "table" in text and "div.math" in text and "pre" in text, text
-    (tmp_path / "fits.html").write_text("<html><body><main><article><h1>T</h1><p>short</p></article></main></body></html>")
-    assert bk.print_pdf(tmp_path / "fits.html", tmp_path / "fits.pdf", binary)["overflow"] == []
+    assert seen["wrapped"] == []
+    # a cell's code line longer than its box holds is wrapped, not wider: named apart, with its length
+    line = "x = " + "1 + " * 30 + "1"
+    (tmp_path / "fits.html").write_text(
+        "<html><body><main><article><section id='ch'><h1>T</h1><p>short</p><div class='cell_input'>"
+        f"<pre style='white-space:pre-wrap;width:300px;padding:5px'>x = 1\n{line}</pre></div>"
+        "</section></article></main></body></html>")
+    seen = bk.print_pdf(tmp_path / "fits.html", tmp_path / "fits.pdf", binary)
+    assert seen["overflow"] == [] and len(seen["wrapped"]) == 1, seen
+    assert seen["wrapped"][0].startswith(f"#ch: {len(line)} characters in "), seen["wrapped"]
 
 
 def test_publishing_workflow_serves_the_student_edition():

@@ -491,6 +491,30 @@ OVERFLOW = r"""
 })()
 """
 
+#: The code lines a reader sees that their box wraps: every line of a cell's code (``pre`` in
+#: ``div.cell_input``) longer than the characters its box holds (its width over the width of
+#: one character in its font). A JSON list of one-line descriptions.
+WRAPPED = r"""
+(() => {
+  const out = [];
+  for (const pre of document.querySelectorAll('div.cell_input pre')) {
+    if (!pre.getBoundingClientRect().width) continue;
+    const cs = getComputedStyle(pre);
+    const probe = document.createElement('span');
+    probe.style.whiteSpace = 'pre';
+    probe.textContent = 'x'.repeat(100);
+    pre.appendChild(probe);
+    const char = probe.getBoundingClientRect().width / 100;
+    probe.remove();
+    const fits = Math.floor((pre.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight)) / char);
+    const page = (pre.closest('section[id]') || {}).id || '';
+    for (const line of pre.textContent.split('\n').filter(l => l.length > fits))
+      out.push(`#${page}: ${line.length} characters in ${fits}: ${line.trim().slice(0, 50)}`);
+  }
+  return JSON.stringify(out);
+})()
+"""
+
 #: The printable width of the PDF's pages (A4, half-inch margins) in CSS pixels.
 PAGE = {"paperWidth": 8.27, "paperHeight": 11.69, "marginTop": 0.6, "marginBottom": 0.6, "marginLeft": 0.5,
         "marginRight": 0.5}
@@ -501,8 +525,9 @@ def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float =
     """Print ``html`` (the single-page book) to ``pdf`` with headless Chromium, once every image
     has loaded and MathJax has typeset every formula. Returns what it saw: ``math`` (typeset
     formulas), ``images``, ``broken`` (images that did not load), ``titles`` (the h1 and h2
-    headings: in the single-page book a chapter's title is an h2) and ``overflow`` (what is wider
-    than the page, measured with print styles at the page's printable width)."""
+    headings: in the single-page book a chapter's title is an h2), ``overflow`` (what is wider
+    than the page) and ``wrapped`` (code lines their box wraps, `WRAPPED`), both measured with
+    print styles at the page's printable width."""
     import base64
 
     binary = binary or ensure_chromium()
@@ -524,6 +549,7 @@ def print_pdf(html: Path, pdf: Path, binary: str | None = None, timeout: float =
                                                             "deviceScaleFactor": 1, "mobile": False}, session=session)
         browser.evaluate(session, "window.devplaceFit ? (devplaceFit(), 1) : 0", timeout)
         seen["overflow"] = json.loads(browser.evaluate(session, OVERFLOW, timeout))
+        seen["wrapped"] = json.loads(browser.evaluate(session, WRAPPED, timeout))
         data = browser.send("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": False, **PAGE,
                                                 "displayHeaderFooter": True,
                                                 "headerTemplate": "<span></span>",
@@ -628,11 +654,14 @@ def _pdf(fast: bool, edition: str) -> int:
     if seen["overflow"]:
         print(f"wider than the page: {'; '.join(seen['overflow'][:5])}", file=sys.stderr)
         bad = 1
+    if seen["wrapped"]:
+        print(f"code lines the page wraps: {'; '.join(seen['wrapped'][:5])}", file=sys.stderr)
+        bad = 1
     if bad:
         print(f"{pdf} written, with the faults above", file=sys.stderr)
         return 1
     print(f"{pdf} written: {len(seen['titles'])} headings, {seen['images']} figures, "
-          f"{seen['math']} formulas typeset, nothing wider than the page")
+          f"{seen['math']} formulas typeset, nothing wider than the page, no code line wrapped")
     return 0
 
 
