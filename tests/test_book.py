@@ -624,11 +624,11 @@ def test_pdf_check_catches_what_is_wider_than_the_page(tmp_path):
     assert seen["wrapped"] == []
     # a cell's code line longer than its box holds is wrapped, not wider: named apart, with its length
     line = "x = " + "1 + " * 30 + "1"
-    (tmp_path / "fits.html").write_text(
+    (tmp_path / "wraps.html").write_text(
         "<html><body><main><article><section id='ch'><h1>T</h1><p>short</p><div class='cell_input'>"
         f"<pre style='white-space:pre-wrap;width:300px;padding:5px'>x = 1\n{line}</pre></div>"
         "</section></article></main></body></html>")
-    seen = bk.print_pdf(tmp_path / "fits.html", tmp_path / "fits.pdf", binary)
+    seen = bk.print_pdf(tmp_path / "wraps.html", tmp_path / "wraps.pdf", binary)
     assert seen["overflow"] == [] and len(seen["wrapped"]) == 1, seen
     assert seen["wrapped"][0].startswith(f"#ch: {len(line)} characters in "), seen["wrapped"]
 

@@ -77,8 +77,8 @@ def measure(p, steps: int) -> dict[str, Any]:
 
 
 def profiled(name: str, action_ms: float = 0.0):
-    """``(spec, graph)``: external model ``name`` profiled once into its segment graph, torch's
-    runtime priced at ``action_ms`` per message."""
+    """``(spec, graph)``: external model ``name`` profiled once into its segment graph, with
+    each message a pass exchanges priced at ``action_ms``."""
     from devplace_lite.pipeline.planner import segment_profile
     from devplace_lite.zoo import load
 

@@ -493,13 +493,14 @@ OVERFLOW = r"""
 
 #: The code lines a reader sees that their box wraps: every line of a cell's code (``pre`` in
 #: ``div.cell_input``) longer than the characters its box holds (its width over the width of
-#: one character in its font). A JSON list of one-line descriptions.
+#: one character in its font). A box that scrolls instead (``white-space: pre``) is
+#: `OVERFLOW`'s. A JSON list of one-line descriptions.
 WRAPPED = r"""
 (() => {
   const out = [];
   for (const pre of document.querySelectorAll('div.cell_input pre')) {
-    if (!pre.getBoundingClientRect().width) continue;
     const cs = getComputedStyle(pre);
+    if (!pre.getBoundingClientRect().width || cs.whiteSpace === 'pre') continue;
     const probe = document.createElement('span');
     probe.style.whiteSpace = 'pre';
     probe.textContent = 'x'.repeat(100);
