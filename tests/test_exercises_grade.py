@@ -453,3 +453,60 @@ def test_a_terminated_grader_ends_its_sandboxes_instead_of_waiting_for_them(tmp_
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _private_checkout(root: Path) -> Path:
+    """A copy of this package as a checkout made with umask 077 inside a folder only its owner may
+    enter (``mktemp -d``; root's home): folders 0700, files 0600. Returns the folder to put on
+    ``PYTHONPATH``."""
+    import shutil
+
+    import devplace_lite
+
+    top = root / "a private folder"  # a space in the path too
+    src = top / "my checkout"
+    shutil.copytree(Path(devplace_lite.__file__).parent, src / "devplace_lite",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [top, *top.rglob("*")]:
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    return src
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandbox", "unsafe-no-sandbox"])
+def test_grades_the_same_from_a_checkout_only_its_owner_can_read(tmp_path, sandboxed, request):
+    """A checkout below a 0700 folder, its files 0600 (issue 44): the worker, an unprivileged uid
+    when the grader is root, used to fail importing the package, and every submission was
+    reported crashed, 0.00/1. It must grade a correct submission 1.00 in both modes."""
+    if sandboxed:
+        request.getfixturevalue("bwrap")
+    src = _private_checkout(tmp_path)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "good.py").write_text(GOOD)
+    cmd = [sys.executable, "-m", "devplace_lite.cli", "grade", str(subs), "--seed", "5", "--exercise", "01.3", "--json"]
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    r = subprocess.run(cmd + ([] if sandboxed else ["--unsafe-no-sandbox"]), capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["submissions"][0]["results"]["01.3"]["status"] == "passed", out
+    assert out["submissions"][0]["total"] == 1
+
+
+def test_a_worker_that_cannot_start_is_the_graders_error_not_a_zero(tmp_path, monkeypatch, capsys):
+    """A worker that dies before it is ready (here: its Python cannot start) stops grading with
+    exit status 2 and one line; no submission is reported crashed, no grade sheet written."""
+    import devplace_lite.course.exercises.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
+    monkeypatch.setattr(sandbox.sys, "executable", "/bin/false")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "good.py").write_text(GOOD)
+    sheet = tmp_path / "sheet.csv"
+    assert main(["grade", str(subs), "--seed", "5", "--exercise", "01.3", "--unsafe-no-sandbox",
+                 "--csv", str(sheet)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "the grader's worker could not start" in lines[0], captured.err
+    assert "crashed" not in captured.out and not sheet.exists()

@@ -48,7 +48,7 @@ from ...files import read_input, write_text_atomic
 from . import answers
 from .core import NOT_ATTEMPTED, Case, Exercise, Outcome, assess
 from .course import Course
-from .sandbox import Died, Limits, Session, describe, kill_open, require_sandbox
+from .sandbox import Died, Limits, Session, describe, kill_open, require_sandbox, worker_failed
 from .worker import SUFFIXES
 
 _IGNORED_DIRS = {"__pycache__", ".ipynb_checkpoints"}
@@ -271,7 +271,7 @@ def _load(session: Session, sub: Submission, plan: Plan, todo: list[str], by_id:
     recorded as not graded, with why)."""
     exercises = {i: (by_id[i].name, list(by_id[i].forbidden)) for i in todo}
     deadline = session.deadline(plan.load_timeout)
-    static_seen = False  # the worker sends it before any submission code runs; a later one is forged
+    static_seen = ready = False  # both come before any submission code runs; a later one is forged
     try:
         session.send({"op": "setup", "exercises": exercises, "files": session.inside})
         while True:
@@ -281,7 +281,9 @@ def _load(session: Session, sub: Submission, plan: Plan, todo: list[str], by_id:
                                f"set-up, top-level code), stopped"), "timeout"
                 break
             kind = event.get("event")
-            if kind == "static" and not static_seen:
+            if kind == "ready":
+                ready = True
+            elif kind == "static" and not static_seen:
                 static_seen = True
                 for ex_id, found in (event.get("copies") or {}).items():
                     copies.setdefault(str(ex_id), []).extend(str(f) for f in found if str(f) not in copies.get(str(ex_id), []))
@@ -295,6 +297,8 @@ def _load(session: Session, sub: Submission, plan: Plan, todo: list[str], by_id:
                 event["defined"] = {str(x) for x in event.get("defined") or []}
                 return event
     except Died as died:
+        if not ready:
+            raise worker_failed(session, died) from None
         status, _, why = died.why.partition(": ")
         output = session.output()
         why = f"{why} while loading" + (f"; last output: {' '.join(output[-300:].split())}" if output else "")

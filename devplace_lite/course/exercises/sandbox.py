@@ -15,7 +15,10 @@ as a separate process tree inside ``bwrap`` (Debian's ``bubblewrap`` package):
   of a file written, open files, no core dumps; the private ``/tmp`` has a size. When the grader
   runs as root it creates a cgroup per session (v1 or v2, where the machine lets it) for the
   memory and the number of processes of the whole tree, and the worker gives up root for an
-  unprivileged uid of its own (as root the process limit would not hold). The grader caps what
+  unprivileged uid of its own (as root the process limit would not hold), keeping only the right
+  to read, so that it imports its Python and this package wherever they live (below a folder
+  only root may enter, ``mktemp -d``). A worker that ends before it is ready (its own imports
+  done, no submission code run) is the grader's failure: `WorkerFailed`, never a student's zero. The grader caps what
   the submission prints, and the time of loading and of each exercise on a `RunClock`: wall
   time less the time the worker sat runnable waiting for a CPU (the kernel's run-queue wait), so
   that a busy machine does not turn a quick answer into a timeout, while an endless loop and a
@@ -31,6 +34,7 @@ child process with the same limits and protocol, and can read and write what the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -48,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import UsageError
+from ...errors import DevplaceError, UsageError
 from .worker import write_frame
 
 MIB = 1 << 20
@@ -70,6 +74,11 @@ _OPEN_LOCK = threading.Lock()
 
 class SandboxUnavailable(UsageError):
     """bubblewrap is missing or cannot start here; the message says why and what to do."""
+
+
+class WorkerFailed(DevplaceError):
+    """The grader's own worker could not start (before any of a submission's code ran): the
+    grader's failure, never a student's zero; the message names the cause and the fix."""
 
 
 @dataclass
@@ -146,14 +155,42 @@ def _namespaces(bwrap: str) -> list[str]:
 
 
 # -- what goes in -------------------------------------------------------------------------------------
-def python_paths() -> list[Path]:
-    """The folders the worker needs: the Python installation, its environment, the package."""
+def package_root() -> Path:
+    """The folder holding the ``devplace_lite`` this grader runs: the worker imports the same one
+    (its ``PYTHONPATH``), not whichever an environment's own install would find."""
     import devplace_lite
 
-    raw = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(Path(devplace_lite.__file__).parent)}
+    return Path(devplace_lite.__file__).resolve().parent.parent
+
+
+def worker_env() -> dict[str, str]:
+    """The worker's whole environment (`ENV`, and the path to the grader's own package)."""
+    return {**ENV, "PYTHONPATH": str(package_root())}
+
+
+def python_paths() -> list[Path]:
+    """The folders the worker needs: the Python installation, its environment, the package."""
+    raw = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(package_root() / "devplace_lite")}
     paths = {Path(p) for p in raw} | {Path(os.path.realpath(p)) for p in raw}
     paths = {p for p in paths if p.is_dir() and not _is_system(p)}
     return sorted(p for p in paths if not any(q != p and q in p.parents for q in paths))
+
+
+def closed_to_others(paths: list[Path], parents: bool = True) -> tuple[Path, str] | None:
+    """The first of ``paths`` (or, with ``parents``, of the folders above them) that a user other
+    than its owner cannot enter, or whose ``__init__.py`` it cannot read, and the ``chmod`` that
+    opens it: what an unprivileged worker trips on where it could not keep the right to read
+    (`devplace_lite.course.exercises.worker.confine`). In the sandbox the folders above are made
+    anew, open to all (``parents=False``)."""
+    for p in paths:
+        for folder in [*reversed(p.parents), p] if parents else [p]:
+            with contextlib.suppress(OSError):
+                if not folder.stat().st_mode & 0o001:
+                    return folder, "o+x" if folder != p else "-R o+rX"
+        with contextlib.suppress(OSError):
+            if not (p / "__init__.py").stat().st_mode & 0o004:
+                return p, "-R o+rX"
+    return None
 
 
 def _is_system(p: Path) -> bool:
@@ -410,7 +447,7 @@ class Session:
         req_r, self._req_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
-        uid = _next_uid() if os.geteuid() == 0 else None
+        self.uid = uid = _next_uid() if os.geteuid() == 0 else None
         worker = [sys.executable, "-B", "-s", *(["-P"] if sys.version_info >= (3, 11) else []),
                   "-m", "devplace_lite.course.exercises.worker", "--fds", f"{req_r},{rep_w}",
                   "--limits", json.dumps(self.limits.rlimits(self.cpu_seconds))] + \
@@ -422,7 +459,7 @@ class Session:
             scratch = tmp / "scratch"
             scratch.mkdir(mode=0o1777)
             os.chmod(scratch, 0o1777)
-            env = {**ENV, "HOME": str(scratch), "TMPDIR": str(scratch), "MPLCONFIGDIR": str(scratch / ".mpl"),
+            env = {**worker_env(), "HOME": str(scratch), "TMPDIR": str(scratch), "MPLCONFIGDIR": str(scratch / ".mpl"),
                    "NUMBA_CACHE_DIR": str(scratch / ".numba")}
             cmd, cwd = worker, str(scratch)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, env=env, cwd=cwd,
@@ -442,7 +479,7 @@ class Session:
 
     def _bwrap_command(self, staged: Path) -> list[str]:
         cmd = [self.bwrap, *_namespaces(self.bwrap), "--hostname", "devplace-grade", "--clearenv"]
-        for key, value in ENV.items():
+        for key, value in worker_env().items():
             cmd += ["--setenv", key, value]
         cmd += ["--ro-bind", "/usr", "/usr"]
         for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -592,6 +629,23 @@ class Session:
         if self.cgroup is not None:
             self.cgroup.close()
         self._tmp.cleanup()
+
+
+def worker_failed(session: Session, died: Died) -> WorkerFailed:
+    """The one-line error for a worker that ended before it was ready (`Session` ``uid`` is the
+    uid it ran as): what it printed last, and the folder it could not read with the fix."""
+    lines = [ln.strip() for ln in session.output().splitlines() if ln.strip()]
+    said = f": {lines[-1][:300]}" if lines else ""
+    who = f" as uid {session.uid}" if session.uid is not None else ""
+    needed = [package_root() / "devplace_lite", *python_paths()]  # the package first: the likeliest to be private
+    closed = closed_to_others(needed, parents=session.bwrap is None) if session.uid is not None else None
+    fix = ""
+    if closed:
+        folder, mode = closed
+        fix = (f"; {folder} is closed to other users: chmod {mode} {shlex.quote(str(folder))}, or keep the checkout "
+               "and its environment in a folder others can enter")
+    return WorkerFailed(f"grading stopped before any grade: the grader's worker could not start{who} "
+                        f"({died.why}){said}{fix}")
 
 
 def kill_open() -> None:

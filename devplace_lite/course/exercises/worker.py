@@ -20,7 +20,8 @@ failing import does not hide the functions after it. Several files share one nam
 The channel: requests come on ``IN`` as length-prefixed pickles written by the grader (the
 instances: trusted data); replies go on ``OUT`` as JSON lines (`devplace_lite.course.exercises.answers`),
 the only thing that leaves. The submission's own output goes to stdout/stderr, which the grader
-reads apart and caps. Replies: ``{"event": "static", ...}``, ``{"event": "loaded", "notes",
+reads apart and caps. Replies: ``{"event": "ready"}`` (confined, its own imports done: a worker
+that ends before it is the grader's failure, not the submission's), ``{"event": "static", ...}``, ``{"event": "loaded", "notes",
 "defined"}``, ``{"event": "answer", "id", "i", "value" | "error" | "not_implemented"}``,
 ``{"event": "copy", "id", "what"}`` (the guard, when it trips), ``{"event": "ended", "id"}``.
 """
@@ -61,16 +62,73 @@ def write_frame(stream: BinaryIO, obj: Any) -> None:
     stream.flush()
 
 
+#: Linux's capability numbers and calls (linux/capability.h, linux/prctl.h)
+_CAP_DAC_READ_SEARCH, _CAP_VERSION_3, _PR_SET_KEEPCAPS, _PR_CAP_AMBIENT_CLEAR_ALL = 2, 0x20080522, 8, (47, 4)
+
+
 def confine(limits: dict[str, int], uid: int | None) -> None:
-    """Set the limits (soft = hard, so the submission cannot raise them) and give up root."""
+    """Set the limits (soft = hard, so the submission cannot raise them) and give up root.
+
+    The unprivileged uid keeps one capability, reading (``CAP_DAC_READ_SEARCH``): the Python, its
+    environment and the package may sit below a folder only root can enter (``mktemp -d``, root's
+    home, a checkout made with umask 077), and the worker must import them there. It reads no
+    more than it could before: in the sandbox it sees only those folders and the submission, and
+    without one (``--unsafe-no-sandbox``) it is documented to read what the grader can. It
+    writes, signals and starts processes as the unprivileged uid, and a program it starts
+    (``execve``) has no capability at all."""
     for name, value in limits.items():
         resource.setrlimit(RLIMITS[name], (int(value), int(value)))
     if uid is not None and os.getuid() == 0:
+        libc = _libc()
+        if libc is not None:
+            libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0)
         os.setgroups([])
         os.setgid(uid)
-        os.setuid(uid)  # from root: every capability goes with it
+        os.setuid(uid)  # from root: every capability goes with it, but for the kept ones below
         if os.getuid() != uid or os.geteuid() != uid:
             raise SystemExit("could not give up root")
+        if libc is not None:
+            _keep_only_reading(libc)
+
+
+def _libc() -> Any:
+    """The C library through ctypes on Linux (None elsewhere: no capabilities to keep)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _keep_only_reading(libc: Any) -> None:
+    """Capabilities: only ``CAP_DAC_READ_SEARCH``, effective and permitted; none inheritable or
+    ambient. Where the kernel refuses, none at all (what `os.setuid` left), and the grader says so
+    if the worker then cannot read its package."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    keep = 1 << _CAP_DAC_READ_SEARCH
+    if libc.capset(ctypes.byref(Header(_CAP_VERSION_3, 0)), (Data * 2)(Data(keep, keep, 0))) != 0:
+        libc.capset(ctypes.byref(Header(_CAP_VERSION_3, 0)), (Data * 2)())  # drop what KEEPCAPS kept
+    libc.prctl(*_PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    libc.prctl(_PR_SET_KEEPCAPS, 0, 0, 0, 0)
+    if _permitted() & ~keep:  # never go on with more than reading (setuid back to root, say)
+        raise SystemExit("could not give up root's capabilities")
+
+
+def _permitted() -> int:
+    """This process's permitted capabilities (``/proc/self/status``)."""
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1], 16) for ln in f if ln.startswith("CapPrm:"))
 
 
 def notebook_code_cells(path: Path) -> list[str]:
@@ -152,6 +210,7 @@ def serve(requests: BinaryIO, channel: Channel) -> None:
     from .core import run_learner
     from .guard import Guard, inspect_statically
 
+    channel.emit(event="ready")  # confined and importing what it needs: whatever fails later is the submission's
     setup = read_frame(requests)
     exercises: dict[str, tuple[str, list[str]]] = setup["exercises"]
     units, notes = read_submission([Path(p) for p in setup["files"]])
