@@ -455,10 +455,10 @@ def test_a_terminated_grader_ends_its_sandboxes_instead_of_waiting_for_them(tmp_
             proc.kill()
 
 
-def _private_checkout(root: Path) -> Path:
-    """A copy of this package as a checkout made with umask 077 inside a folder only its owner may
-    enter (``mktemp -d``; root's home): folders 0700, files 0600. Returns the folder to put on
-    ``PYTHONPATH``."""
+def _private_checkout(root: Path, umask_077: bool) -> Path:
+    """A copy of this package as a checkout inside a folder only its owner may enter (``mktemp -d``;
+    root's home), its own files readable by all as ``git clone`` makes them, or (``umask_077``)
+    only by their owner. Returns the folder to put on ``PYTHONPATH``."""
     import shutil
 
     import devplace_lite
@@ -467,30 +467,51 @@ def _private_checkout(root: Path) -> Path:
     src = top / "my checkout"
     shutil.copytree(Path(devplace_lite.__file__).parent, src / "devplace_lite",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for path in [top, *top.rglob("*")]:
+    for path in [*top.rglob("*")] if umask_077 else []:
         path.chmod(0o700 if path.is_dir() else 0o600)
+    top.chmod(0o700)
     return src
 
 
-@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandbox", "unsafe-no-sandbox"])
-def test_grades_the_same_from_a_checkout_only_its_owner_can_read(tmp_path, sandboxed, request):
-    """A checkout below a 0700 folder, its files 0600 (issue 44): the worker, an unprivileged uid
-    when the grader is root, used to fail importing the package, and every submission was
-    reported crashed, 0.00/1. It must grade a correct submission 1.00 in both modes."""
+def _grade_from(src: Path, tmp_path: Path, sandboxed: bool) -> subprocess.CompletedProcess:
+    """``devplace grade`` of a correct submission by the package at ``src``; without the sandbox
+    with no ``bwrap`` on the ``PATH``, as on a machine that has none."""
+    subs = tmp_path / "subs"
+    subs.mkdir(exist_ok=True)
+    (subs / "good.py").write_text(GOOD)
+    cmd = [sys.executable, "-m", "devplace_lite.cli", "grade", str(subs), "--seed", "5", "--exercise", "01.3",
+           "--json"] + ([] if sandboxed else ["--unsafe-no-sandbox"])
+    env = {**os.environ, "PYTHONPATH": str(src)} | ({} if sandboxed else {"PATH": str(tmp_path / "no-bwrap")})
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+@pytest.mark.parametrize("sandboxed,umask_077", [(True, False), (False, False), (False, True)],
+                         ids=["sandbox", "unsafe-no-sandbox", "unsafe-no-sandbox-umask-077"])
+def test_grades_the_same_from_a_checkout_only_its_owner_can_enter(tmp_path, request, sandboxed, umask_077):
+    """A checkout below a 0700 folder (issue 44): the worker, an unprivileged uid when the grader
+    is root, used to fail importing the package, and every submission was reported crashed,
+    0.00/1. It grades a correct submission 1.00 in both modes, and without a sandbox also when
+    the checkout's own files are private."""
     if sandboxed:
         request.getfixturevalue("bwrap")
-    src = _private_checkout(tmp_path)
-    subs = tmp_path / "subs"
-    subs.mkdir()
-    (subs / "good.py").write_text(GOOD)
-    cmd = [sys.executable, "-m", "devplace_lite.cli", "grade", str(subs), "--seed", "5", "--exercise", "01.3", "--json"]
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    r = subprocess.run(cmd + ([] if sandboxed else ["--unsafe-no-sandbox"]), capture_output=True, text=True, env=env,
-                       cwd=tmp_path, timeout=600)
+    r = _grade_from(_private_checkout(tmp_path, umask_077), tmp_path, sandboxed)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["submissions"][0]["results"]["01.3"]["status"] == "passed", out
-    assert out["submissions"][0]["total"] == 1
+    assert out["submissions"][0]["total"] == 1 and ("NO SANDBOX" in out["sandbox"]) != sandboxed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root only: otherwise the worker keeps the grader's own uid")
+def test_the_sandbox_refuses_a_checkout_others_cannot_read_naming_the_fix(tmp_path, bwrap):
+    """In the sandbox the worker keeps no capability (reading every file would let it open files
+    outside the sandbox by their handle), so a checkout made with umask 077 cannot be imported
+    there: grading stops before any grade, exit 2, in one line naming the folder and the chmod."""
+    src = _private_checkout(tmp_path, umask_077=True)
+    r = _grade_from(src, tmp_path, sandboxed=True)
+    assert r.returncode == 2 and not r.stdout, r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the grader's worker could not start" in lines[0], r.stderr
+    assert f"{src / 'devplace_lite'} is closed to other users: chmod -R o+rX" in lines[0]
 
 
 def test_a_worker_that_cannot_start_is_the_graders_error_not_a_zero(tmp_path, monkeypatch, capsys):

@@ -15,10 +15,12 @@ as a separate process tree inside ``bwrap`` (Debian's ``bubblewrap`` package):
   of a file written, open files, no core dumps; the private ``/tmp`` has a size. When the grader
   runs as root it creates a cgroup per session (v1 or v2, where the machine lets it) for the
   memory and the number of processes of the whole tree, and the worker gives up root for an
-  unprivileged uid of its own (as root the process limit would not hold), keeping only the right
-  to read, so that it imports its Python and this package wherever they live (below a folder
-  only root may enter, ``mktemp -d``). A worker that ends before it is ready (its own imports
-  done, no submission code run) is the grader's failure: `WorkerFailed`, never a student's zero. The grader caps what
+  unprivileged uid of its own (as root the process limit would not hold). The folders above
+  those shown are made anew, open to all, so a checkout below a folder only root may enter
+  (``mktemp -d``) grades as any other; one whose own files others cannot read (umask 077) is
+  refused with the ``chmod`` that opens it. A worker that ends before it is ready (its own
+  imports done, no submission code run) is the grader's failure: `WorkerFailed`, one line,
+  never a student's zero. The grader caps what
   the submission prints, and the time of loading and of each exercise on a `RunClock`: wall
   time less the time the worker sat runnable waiting for a CPU (the kernel's run-queue wait), so
   that a busy machine does not turn a quick answer into a timeout, while an endless loop and a
@@ -29,7 +31,9 @@ as a separate process tree inside ``bwrap`` (Debian's ``bubblewrap`` package):
 
 Where ``bwrap`` is missing (macOS, Windows) or cannot start, grading refuses to run unless the
 instructor passes ``unsafe=True`` (``--unsafe-no-sandbox``): the worker then runs as a plain
-child process with the same limits and protocol, and can read and write what the grader can.
+child process with the same limits and protocol, and can read and write what the grader can
+(as root: an unprivileged uid that keeps only the right to read, so it imports this package
+wherever it lives).
 """
 
 from __future__ import annotations
@@ -451,7 +455,8 @@ class Session:
         worker = [sys.executable, "-B", "-s", *(["-P"] if sys.version_info >= (3, 11) else []),
                   "-m", "devplace_lite.course.exercises.worker", "--fds", f"{req_r},{rep_w}",
                   "--limits", json.dumps(self.limits.rlimits(self.cpu_seconds))] + \
-                 (["--uid", str(uid)] if uid is not None else [])
+                 (["--uid", str(uid)] if uid is not None else []) + \
+                 (["--keep-reading"] if uid is not None and self.bwrap is None else [])
         if self.bwrap is not None:
             cmd = self.cgroup.wrap(self._bwrap_command(tmp / "submission") + worker)
             env, cwd = {"PATH": ENV["PATH"]}, "/"

@@ -2,7 +2,7 @@
 
 Started by `devplace_lite.course.exercises.sandbox` (never import it to grade in your own process)::
 
-    python -m devplace_lite.course.exercises.worker --fds IN,OUT [--uid U] --limits JSON
+    python -m devplace_lite.course.exercises.worker --fds IN,OUT [--uid U [--keep-reading]] --limits JSON
 
 Before any of the submission's code runs it sets its resource limits (inherited by every process
 the submission starts), gives up root when started as root (``--uid``: an unprivileged uid of
@@ -66,20 +66,23 @@ def write_frame(stream: BinaryIO, obj: Any) -> None:
 _CAP_DAC_READ_SEARCH, _CAP_VERSION_3, _PR_SET_KEEPCAPS, _PR_CAP_AMBIENT_CLEAR_ALL = 2, 0x20080522, 8, (47, 4)
 
 
-def confine(limits: dict[str, int], uid: int | None) -> None:
+def confine(limits: dict[str, int], uid: int | None, keep_reading: bool = False) -> None:
     """Set the limits (soft = hard, so the submission cannot raise them) and give up root.
 
-    The unprivileged uid keeps one capability, reading (``CAP_DAC_READ_SEARCH``): the Python, its
-    environment and the package may sit below a folder only root can enter (``mktemp -d``, root's
-    home, a checkout made with umask 077), and the worker must import them there. It reads no
-    more than it could before: in the sandbox it sees only those folders and the submission, and
-    without one (``--unsafe-no-sandbox``) it is documented to read what the grader can. It
-    writes, signals and starts processes as the unprivileged uid, and a program it starts
-    (``execve``) has no capability at all."""
+    ``keep_reading`` (only without a sandbox): the unprivileged uid keeps one capability,
+    reading (``CAP_DAC_READ_SEARCH``), since the Python, its environment and the package may
+    sit below a folder only root can enter (``mktemp -d``, root's home, a checkout made with
+    umask 077) and the worker must import them there. Without a sandbox it is documented to read
+    what the grader can, so this adds nothing. It writes, signals and starts processes as the
+    unprivileged uid, and a program it starts (``execve``) has no capability at all. Never in the
+    sandbox: with it a process can open any file of a mounted file system by its handle
+    (``open_by_handle_at``), outside what the sandbox shows; there the folders above the ones
+    shown are made anew, open to all, and a folder shown that others cannot read is refused by
+    the grader with the fix (`devplace_lite.course.exercises.sandbox.worker_failed`)."""
     for name, value in limits.items():
         resource.setrlimit(RLIMITS[name], (int(value), int(value)))
     if uid is not None and os.getuid() == 0:
-        libc = _libc()
+        libc = _libc() if keep_reading else None
         if libc is not None:
             libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0)
         os.setgroups([])
@@ -89,6 +92,8 @@ def confine(limits: dict[str, int], uid: int | None) -> None:
             raise SystemExit("could not give up root")
         if libc is not None:
             _keep_only_reading(libc)
+        if _permitted() & ~(1 << _CAP_DAC_READ_SEARCH if libc is not None else 0):
+            raise SystemExit("could not give up root's capabilities")  # never more than reading
 
 
 def _libc() -> Any:
@@ -121,14 +126,15 @@ def _keep_only_reading(libc: Any) -> None:
         libc.capset(ctypes.byref(Header(_CAP_VERSION_3, 0)), (Data * 2)())  # drop what KEEPCAPS kept
     libc.prctl(*_PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     libc.prctl(_PR_SET_KEEPCAPS, 0, 0, 0, 0)
-    if _permitted() & ~keep:  # never go on with more than reading (setuid back to root, say)
-        raise SystemExit("could not give up root's capabilities")
 
 
 def _permitted() -> int:
     """This process's permitted capabilities (``/proc/self/status``)."""
-    with open("/proc/self/status") as f:
-        return next(int(ln.split()[1], 16) for ln in f if ln.startswith("CapPrm:"))
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(ln.split()[1], 16) for ln in f if ln.startswith("CapPrm:"))
+    except (OSError, StopIteration):  # no /proc (macOS): no capabilities either
+        return 0
 
 
 def notebook_code_cells(path: Path) -> list[str]:
@@ -256,9 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m devplace_lite.course.exercises.worker")
     p.add_argument("--fds", required=True, help="IN,OUT: the request and reply descriptors")
     p.add_argument("--uid", type=int, default=None, help="the unprivileged uid to run as (when started as root)")
+    p.add_argument("--keep-reading", action="store_true",
+                   help="with --uid and no sandbox: keep the right to read every file (confine)")
     p.add_argument("--limits", default="{}", help="resource limits, JSON")
     args = p.parse_args(argv)
-    confine(json.loads(args.limits), args.uid)
+    confine(json.loads(args.limits), args.uid, args.keep_reading)
     fd_in, fd_out = (int(x) for x in args.fds.split(","))
     with os.fdopen(fd_in, "rb") as requests:
         serve(requests, Channel(fd_out))
