@@ -104,3 +104,28 @@ def chatty():
     """A spec whose function prints, then returns no model (test_plan's stdout case)."""
     print("building")
     return "not a model"
+
+
+class Centred(nn.Module):
+    """Subtracts the batch's mean between two layers: its answer on a micro-batch is not its
+    answer's rows on the whole batch, so a pipeline over micro-batches computes something else."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(8, d), nn.Linear(d, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.first(x))
+        return self.second(h - h.mean(dim=0, keepdim=True))
+
+
+def centred(batch: int = 8, seed: int = 0):
+    torch.manual_seed(seed)
+    return Centred(), (torch.randn(batch, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+def unseeded(batch: int = 8, seed: int = 0):
+    """`branchy`'s layers with weights drawn from the process's own random state: every
+    torchrun rank builds a different model."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    return model, (torch.randn(batch, 8, generator=torch.Generator().manual_seed(seed)),)
