@@ -104,3 +104,46 @@ def chatty():
     """A spec whose function prints, then returns no model (test_plan's stdout case)."""
     print("building")
     return "not a model"
+
+
+class Centred(nn.Module):
+    """Subtracts the batch's mean between two layers: its answer on a micro-batch is not its
+    answer's rows on the whole batch, so a pipeline over micro-batches computes something else."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(8, d), nn.Linear(d, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.first(x))
+        return self.second(h - h.mean(dim=0, keepdim=True))
+
+
+def centred(batch: int = 8, seed: int = 0):
+    torch.manual_seed(seed)
+    return Centred(), (torch.randn(batch, 8, generator=torch.Generator().manual_seed(seed)),)
+
+
+def per_process(batch: int = 8, seed: int = 0):
+    """Weights and inputs drawn from a generator seeded by the process id: every torchrun rank
+    builds another model, whatever the seed."""
+    import os
+
+    g = torch.Generator().manual_seed(os.getpid())
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) / 4)
+    return model, (torch.randn(batch, 8, generator=g),)
+
+
+def mamba(batch: int = 8, seed: int = 0):
+    """Hugging Face Mamba built from its config as a user would, without seeding torch: its
+    weights come from torch's global generator (2 layers, width 64, 8 tokens)."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    from devplace_lite.zoo.external import LogitsOf
+
+    cfg = MambaConfig(vocab_size=512, hidden_size=64, state_size=8, num_hidden_layers=2)
+    model = LogitsOf(MambaForCausalLM(cfg), ("input_ids",)).eval()
+    return model, (torch.randint(0, 512, (batch, 8), generator=torch.Generator().manual_seed(seed)),)

@@ -193,8 +193,11 @@ def _validate(args: argparse.Namespace) -> None:
             stages_per_rank(args.schedule, args.stages_per_rank)  # the one-line refusal
     if args.batch is not None and args.microbatches not in (None, "auto") and args.batch % args.microbatches:
         raise UsageError(_indivisible(args.batch, args.microbatches))
-    if (args.check or args.nodes > 1) and not (args.run or args.calibrate):
-        raise UsageError("--check and --nodes need --run (or --calibrate)")
+    if args.check and not args.run:
+        raise UsageError("--check and --nodes need --run (--nodes also runs under --calibrate, whose runs are not "
+                         "checked)")
+    if args.nodes > 1 and not (args.run or args.calibrate):
+        raise UsageError("--nodes needs --run (or --calibrate)")
     if not args.folder:  # Path("") is ".": the plan's files would land in the current folder unasked
         raise UsageError("--out: an empty name; name a folder for the plan's files")
     if os.path.lexists(args.folder) and not os.path.isdir(args.folder):
@@ -249,7 +252,9 @@ def run(args: argparse.Namespace) -> int:
     common = dict(k=args.accelerators, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
                   method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
                   repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec,
-                  recompute=args.recompute, started=getattr(args, "started", None))
+                  recompute=args.recompute, started=getattr(args, "started", None),
+                  # a checked run checks a split: one stage (a forecast that splitting does not pay) checks nothing
+                  least_ranks=2 if args.check and args.accelerators > 1 else 1)
     if (args.run or args.calibrate) and args.device == "cpu" and args.spec is None and args.accelerators > 1:
         # the run's backend on this machine prices the runtime's work around each pass; the probe
         # is a run, outside --time-limit like the runs themselves
@@ -263,6 +268,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         p = plan(model, inputs, microbatches=args.microbatches, schedule=args.schedule,
                  per_rank=args.stages_per_rank, **common)
+    if args.check and p.num_stages < 2:
+        raise UsageError(f"--check compares a split run with the unsplit model, and this plan has one stage (-k "
+                         f"{args.accelerators}, {args.schedule}): give -k 2 or more")
+    if args.check and args.accelerators > 1:
+        p.notes.append("--check: planned over 2 ranks or more, so that the run it checks is split")
     paths = p.write(args.folder)
     answer: dict[str, Any] = {"command": command_line(args), **p.to_json(),
                               "files": {k: str(v) for k, v in paths.items()},
@@ -275,10 +285,17 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         answer["calibration"] = calibrate(p, args.folder, steps=args.steps, nodes=args.nodes, timeout=args.timeout,
                                           device=args.device)
+    check = answer.get("run", {}).get("check")
+    failure = None if check is None else check.get("failure")
+    if check is not None:
+        answer["success"] = failure is None
     if args.json:
         print_json(answer)
-        return 0
-    _print(answer)
+    else:
+        _print(answer)
+    if failure is not None:  # a check that fails fails the command: status 1, one line
+        print(f"devplace: {failure}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -319,7 +336,11 @@ def _print(a: dict[str, Any]) -> None:
               f"step {r['step_ms']:.1f} ms wall, {r['step_cpu_replay_ms'] or float('nan'):.2f} ms replayed from its "
               "CPU times; peak MiB per rank " + ", ".join(f"{x / 2**20:.2f}" for x in r["peak_memory"]))
         if "check" in r:
-            print(f"check: {r['check']}")
+            c = r["check"]
+            grads = (f", {c['parameters_checked']} parameters' gradients within {c['max_grad_diff']:.3g}"
+                     if "grads_allclose" in c else "")
+            print(c["failure"] if c.get("failure") else
+                  f"check passed: outputs within {c['max_output_diff']:.3g} of the unsplit model's{grads}")
     if "calibration" in a:
         c = a["calibration"]
         print(f"calibration (one factor per stage and action kind): largest per-stage error "

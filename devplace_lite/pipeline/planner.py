@@ -486,7 +486,7 @@ def _refusal(proven: bool, message: str) -> GraphError:
 def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "1f1b", batch: int | None = None,
                memory: float | None = None, optimizer: str = "none", method: str = "auto",
                time_limit: float | None = None, seed: int = 0, per_rank: int | None = None,
-               recompute: str = "auto", started: float | None = None) -> PipelinePlan:
+               recompute: str = "auto", started: float | None = None, least_ranks: int = 1) -> PipelinePlan:
     """Plan from a measured segment graph (`devplace_lite.pipeline.capture.segment_graph`).
 
     Two searches: the partitioning method's least bottleneck (``result``, certified by
@@ -495,7 +495,8 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     exhaustion where the splits can be enumerated, else with its bound and gap), which is the
     plan's split. ``per_rank``: stages per rank for the schedules that take several.
     ``recompute``: ``"auto"`` lets a split over ``memory`` recompute activations on the stages
-    that need it (chosen with the split, exactly), ``"never"`` does not.
+    that need it (chosen with the split, exactly), ``"never"`` does not. ``least_ranks``: the
+    fewest ranks a one-stage-per-rank schedule may use (2: a split the run's check exercises).
 
     ``time_limit``: wall seconds for the whole call from ``started`` (a `time.monotonic` value;
     default now), kept as `devplace_lite.solve.Budget` keeps them: the partitioning method gets
@@ -543,7 +544,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     costs = segment_costs(graph, optimizer, microbatches)
     left = budget.left()
     found = search(costs, schedule, k, microbatches, per_rank=v, training=graph.is_training, memory=memory,
-                   start=start, recompute=recompute,
+                   start=start, recompute=recompute, least_ranks=least_ranks,
                    time_limit=STEP_SECONDS if left is None else max(left * (1 - solve.BOUND_SHARE), solve.MIN_SLICE))
     if found.status == "time_limit":
         stopped.append("schedule search")
@@ -589,7 +590,7 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
          granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
          warmup: int = 1, model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None,
          spec: str | None = None, recompute: str = "auto", started: float | None = None,
-         action_ms: float = 0.0) -> PipelinePlan:
+         action_ms: float = 0.0, least_ranks: int = 1) -> PipelinePlan:
     """Profile ``model`` on one micro-batch of ``example_inputs`` (the whole batch, cut into
     ``microbatches`` along dim 0) and plan its pipeline over at most ``k`` stages.
 
@@ -630,6 +631,9 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         with another rank (torch's schedule runtime, a late receive's wait, the ranks'
         interference), priced on every forward and backward: `message_price` measures it on
         this machine for the backend that will run the plan (0: not priced).
+    least_ranks : int
+        The fewest ranks a one-stage-per-rank schedule may use (default 1; 2 keeps the model
+        split, as a checked run needs: one stage would check nothing split).
 
     Returns
     -------
@@ -667,7 +671,7 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
                                           action_ms=action_ms)
     p = plan_graph(graph, k=k, microbatches=microbatches, schedule=schedule, batch=batch, memory=memory,
                    optimizer=optimizer, method=method, time_limit=time_limit, seed=seed, per_rank=per_rank,
-                   recompute=recompute, started=started)
+                   recompute=recompute, started=started, least_ranks=least_ranks)
     p.model_spec, p.capture = model_spec, cap
     p.seconds = {**seconds, **p.seconds, "total": time.monotonic() - started}
     return p
@@ -767,7 +771,8 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
               granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
               warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
               spec: str | None = None, recompute: str = "auto",
-              started: float | None = None, action_ms: float = 0.0) -> tuple[PipelinePlan, list[dict]]:
+              started: float | None = None, action_ms: float = 0.0,
+              least_ranks: int = 1) -> tuple[PipelinePlan, list[dict]]:
     """``--schedule auto``: every schedule of `SCHEDULES` (at its default stages per rank) and
     every micro-batch count (``microbatches``, or each divisor of the batch up to
     `AUTO_MICROBATCHES`, each measured at its own micro-batch size), planned, each with its
@@ -784,6 +789,7 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
     the best plan so far is the answer (choices are planned past it until one gives a plan), the
     choices not tried are listed, and the choice is not proven: ``auto["status"]`` and the plan's
     status are ``time_limit``. None: every choice, each step with `STEP_SECONDS`.
+    ``least_ranks``: as in `plan`.
 
     Returns
     -------
@@ -837,7 +843,7 @@ def plan_auto(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches
             try:
                 p = plan_graph(graph, k=k, microbatches=m, schedule=name, batch=batch, memory=memory,
                                optimizer=optimizer, method=method, time_limit=None if left is None else left / waiting,
-                               seed=seed, recompute=recompute)
+                               seed=seed, recompute=recompute, least_ranks=least_ranks)
             except (UsageError, GraphError) as e:  # a UsageError: torch's class cannot take this choice
                 tried.append({"schedule": name, "microbatches": m, "refused": str(e)})
                 lower.append(math.inf if getattr(e, "proven", isinstance(e, UsageError)) else None)

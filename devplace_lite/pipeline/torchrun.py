@@ -276,7 +276,8 @@ def _fresh_copies(values: Any) -> Any:
                  for v in values)
 
 
-def _instrument(stage: Any, record: list, cuda: bool = False, fresh: bool = False) -> None:
+def _instrument(stage: Any, record: list, cuda: bool = False, fresh: bool = False,
+                seen: dict | None = None) -> None:
     """Record ``(kind, start, end, ms, stage, chunk)`` of every action the stage runs (kind
     ``F``, ``B``, or ``I`` and ``W`` when a zero-bubble schedule splits the backward; ms: the
     thread's CPU time on CPU, on a GPU the wall time up to a device synchronise), and hand on
@@ -284,7 +285,9 @@ def _instrument(stage: Any, record: list, cuda: bool = False, fresh: bool = Fals
     inputs' gradients may come out of the model or autograd with any strides. ``fresh`` (the
     zero-bubble schedules): a stage's outputs are copied, because torch 2.13's input-gradient
     pass detaches them in place, which autograd refuses for a view or for a tensor a later
-    operator of the stage saved (an in-place ReLU's output)."""
+    operator of the stage saved (an in-place ReLU's output). ``seen`` (a check): each
+    micro-batch's outputs as the stage sent them, copied, by ``(stage, chunk)``; the last step's
+    stay."""
     import torch
 
     for kind, name in (("F", "forward_one_chunk"), ("B", "backward_one_chunk"), ("W", "backward_weight_one_chunk")):
@@ -303,6 +306,9 @@ def _instrument(stage: Any, record: list, cuda: bool = False, fresh: bool = Fals
             if _kind == "F" and chunk in stage.fwd_cache:
                 outputs, rest = stage.fwd_cache[chunk]
                 stage.fwd_cache[chunk] = (_fresh_copies(outputs) if fresh else _contiguous(outputs), rest)
+                if seen is not None:
+                    seen[stage.stage_index, chunk] = tuple(
+                        v.detach().clone() if isinstance(v, torch.Tensor) else v for v in stage.fwd_cache[chunk][0])
             elif _kind in ("B", "I") and chunk in stage.bwd_cache:
                 stage.bwd_cache[chunk] = _contiguous(stage.bwd_cache[chunk])
             record.append((_kind, t0, time.perf_counter(), (time.thread_time() - c0) * 1e3, stage.stage_index, chunk))
@@ -378,6 +384,8 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         mine = [s for s in range(n_stages) if s2r[s] == rank]
         model, inputs = load(plan["model"], batch=plan["batch"], seed=plan["seed"])
         without_cache(model)  # as the capture did: a stage sends tensors, not a key-value cache
+        built = model_digest(model) if args.check else None  # as built here, before any step
+        inputs = same_on_every_rank(model, inputs, device)
         m = plan["microbatches"]
         micro = tuple(t[: plan["microbatch"]] for t in inputs)
         points = list(split_spec) if split_spec is not None else list(plan["split_points"])
@@ -385,18 +393,21 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         if plan["capture"] == "torch.fx":
             stages = [_fx_stage(model, micro, points, s, n_stages, device, training) for s in mine]
             order = list(range(len(micro)))
+            every_stage = (lambda: _fx_modules(model, micro, points, n_stages)) if args.check else None
         else:
             with known_warnings_filtered():
                 pipe = pipeline(export_copy(model), micro, split_policy=split_policy(points))
             if pipe.num_stages != n_stages:
                 raise GraphError(f"the split points give {pipe.num_stages} stages, not {n_stages}")
             stages, order = [pipe.build_stage(s, device) for s in mine], first_stage_inputs(pipe)
+            every_stage = lambda: [pipe.get_stage_module(s) for s in range(n_stages)]  # noqa: E731
         record: list = []
         split_backward = SCHEDULES[plan["schedule"]].split_backward
         recompute = plan.get("recompute") or [False] * n_stages
         again = [Recompute(st.submod) for st in stages if training and recompute[st.stage_index]]
+        seen: dict | None = {} if args.check else None
         for st in stages:
-            _instrument(st, record, cuda, fresh=split_backward and training)
+            _instrument(st, record, cuda, fresh=split_backward and training, seen=seen)
             _no_self_pairs(st, rank)
         target = None
         if training:
@@ -469,6 +480,8 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         if args.check:
             rec["check"] = _check(model, inputs, target, training, [st.submod for st in stages],
                                   out if last else None)
+            rec["check"]["model_digest"] = built
+            rec["check"].update(_check_stages(every_stage(), xs, m, seen or {}, *((model, inputs) if last else ())))
         folder = Path(args.out) if args.out else plan_path.with_name("run")
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".rank{rank}.tmp"
@@ -558,6 +571,17 @@ def _fx_stage(model: Any, micro: tuple, points: Sequence[str], index: int, count
                          output_args=tuple(_example(m, device) for m in outs))
 
 
+def _fx_modules(model: Any, micro: tuple, points: Sequence[str], count: int) -> list[Any]:
+    """Every stage module of the fx route's split, cut from one more copy of ``model``."""
+    from .capture import export_copy, fx_split, trace_with_leaves
+
+    gm, leaves = trace_with_leaves(export_copy(model), [])
+    split, _ = fx_split(gm, micro, points, leaves)
+    if split.num_stages != count:
+        raise GraphError(f"the split points give {split.num_stages} stages, not {count}")
+    return list(split.stages)
+
+
 def first_stage_inputs(pipe: Any) -> list[int]:
     """Which model input each positional input of the first stage is: the schedule hands the
     batch to the first stage as is, and the split may list the model's inputs in another order
@@ -615,6 +639,114 @@ def _check(model: Any, inputs: tuple, target: Any, training: bool, stage_modules
             ok &= bool(torch.allclose(g, r, rtol=1e-4, atol=1e-5))
             n += 1
         res.update(grads_allclose=ok and n > 0, max_grad_diff=max(diffs, default=0.0), parameters_checked=n)
+    return res
+
+
+def same_on_every_rank(model: Any, inputs: tuple, device: Any) -> tuple:
+    """Hand rank 0's parameters, buffers and example inputs to every rank (a broadcast, in
+    place) and return the inputs. Every rank builds the model from its spec, and a builder
+    whose draws are not fixed by its seed (weights from a generator it does not seed, another
+    library's random state) gives each rank another model: the stages then compute pieces of
+    different models, and the check compares the run with a model it did not run (Mamba from
+    its config, unseeded: outputs off by up to 6.8, issue 40)."""
+    import torch
+    import torch.distributed as dist
+
+    tensors = {id(t): t for _, t in [*model.named_parameters(remove_duplicate=False),
+                                      *model.named_buffers(remove_duplicate=False)]}
+    def sent(t: Any) -> Any:
+        buf = t.detach().to(device).contiguous()
+        dist.broadcast(buf, src=0)
+        return buf.to(t.device)
+
+    with torch.no_grad():
+        for t in tensors.values():
+            t.copy_(sent(t))
+    return tuple(sent(t) for t in inputs)
+
+
+def model_digest(model: Any) -> str:
+    """A digest of the model's parameters and buffers, by name: every rank builds the model from
+    its spec, and a check means something only when they all built the same one.
+
+    >>> import torch
+    >>> torch.manual_seed(0); a = torch.nn.Linear(2, 2)  # doctest: +ELLIPSIS
+    <...>
+    >>> torch.manual_seed(0); b = torch.nn.Linear(2, 2)  # doctest: +ELLIPSIS
+    <...>
+    >>> model_digest(a) == model_digest(b) != model_digest(torch.nn.Linear(2, 2))
+    True
+    """
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _close(a: Any, b: Any) -> tuple[bool, float]:
+    """Whether two values (tensors, or tuples of them) agree within the check's tolerance, and
+    their largest difference."""
+    import torch
+
+    a = a if isinstance(a, (tuple, list)) else (a,)
+    b = b if isinstance(b, (tuple, list)) else (b,)
+    ok, worst = len(a) == len(b), 0.0
+    for x, y in zip(a, b):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            continue
+        if x.shape != y.shape:
+            return False, float("inf")
+        x, y = x.detach().cpu(), y.detach().cpu()
+        if x.is_floating_point() or y.is_floating_point():
+            x, y = x.double(), y.double()
+            worst = max(worst, float((x - y).abs().max())) if x.numel() else worst
+            ok &= bool(torch.allclose(x, y, rtol=1e-4, atol=1e-5))
+        else:
+            ok &= bool(torch.equal(x, y))
+    return ok, worst
+
+
+def _check_stages(modules: Sequence[Any], xs: tuple, microbatches: int, seen: dict, model: Any = None,
+                  inputs: tuple = ()) -> dict[str, Any]:
+    """Where a failed check's difference comes from. The whole split is run again here, in this
+    one process, stage after stage on each micro-batch (copies of its inputs, no grad); each of
+    this rank's stages' outputs in the run (``seen``, by ``(stage, chunk)``) is compared with it,
+    so the first stage that differs names the boundary where the run went wrong. With ``model``
+    (the last rank, ``inputs`` in the model's order) the unsplit model also runs on each
+    micro-batch alone: if that differs from the model on the whole batch, the model is not
+    batch-independent and micro-batching changes its answer (``microbatched``); if the split run
+    here differs from it, the split itself computes something else (``split_here``)."""
+    import torch
+
+    def cut(values: tuple, c: int) -> tuple:
+        return tuple(t.tensor_split(microbatches)[c] if isinstance(t, torch.Tensor) and t.dim() else t
+                     for t in values)
+
+    res: dict[str, Any] = {"stage_outputs": {}}
+    chunks = [cut(xs, c) for c in range(microbatches)]
+    finals = []
+    with torch.no_grad():
+        for c, cur in enumerate(chunks):
+            for s, mod in enumerate(modules):
+                got = mod(*(v.detach().clone() if isinstance(v, torch.Tensor) else v for v in cur))
+                cur = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+                if (s, c) in seen:
+                    ok, diff = _close(seen[s, c], cur)
+                    was = res["stage_outputs"].setdefault(str(s), {"allclose": True, "max_diff": 0.0})
+                    was["allclose"] &= ok
+                    was["max_diff"] = max(was["max_diff"], diff)
+            finals.append(cur)
+        if model is not None:
+            alone = torch.cat([head(model(*cut(inputs, c))) for c in range(microbatches)])
+            ok, diff = _close(alone, head(model(*inputs)))
+            res["microbatched"] = {"allclose": ok, "max_diff": diff}
+            ok, diff = _close(torch.cat([head(f) for f in finals]), alone)
+            res["split_here"] = {"allclose": ok, "max_diff": diff}
     return res
 
 
@@ -808,4 +940,56 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
             out["check"].update(grads_allclose=all(c.get("grads_allclose") for c in checks),
                                 max_grad_diff=max(c.get("max_grad_diff", 0.0) for c in checks),
                                 parameters_checked=sum(c.get("parameters_checked", 0) for c in checks))
+        # as built, before rank 0's model was handed to the others (`same_on_every_rank`)
+        out["check"]["built_alike"] = len({c.get("model_digest") for c in checks}) == 1
+        stage_outputs = {int(s): v for c in checks for s, v in c.get("stage_outputs", {}).items()}
+        out["check"]["stage_outputs"] = [stage_outputs.get(s) for s in range(n_stages)]
+        for key in ("microbatched", "split_here"):
+            if key in holder:
+                out["check"][key] = holder[key]
+        failure = check_failure(plan, out["check"])
+        out["check"].update(passed=failure is None, failure=failure)
     return out
+
+
+def check_failure(plan: dict, check: dict[str, Any]) -> str | None:
+    """One line saying what differs from the unsplit model, and where, or None when the check
+    passed: the outputs (the first stage whose outputs in the run differ from the same stages
+    run in one process, else whether micro-batching or the split itself changes the answer) and
+    the gradients. No output or no parameter gradient compared is a failure too: a check that
+    compared nothing proves nothing.
+
+    >>> plan = {"stages": 2, "training": True, "split_points": ["blocks.2"]}
+    >>> check = {"outputs_allclose": False, "max_output_diff": 5.8, "grads_allclose": False, "max_grad_diff": 0.017,
+    ...          "parameters_checked": 9, "stage_outputs": [{"allclose": True, "max_diff": 0.0},
+    ...                                                       {"allclose": False, "max_diff": 5.8}]}
+    >>> check_failure(plan, check)
+    'check failed: outputs differ from the unsplit model by up to 5.8 (first at stage 1, which begins at blocks.2), parameter gradients by up to 0.017'
+    >>> check_failure(plan, {**check, "outputs_allclose": True, "grads_allclose": True}) is None
+    True
+    """
+    parts = []
+    if check.get("outputs_allclose") is not True:
+        diff = check.get("max_output_diff")
+        where = ""
+        first = next((s for s, v in enumerate(check.get("stage_outputs") or []) if v and not v["allclose"]), None)
+        if first is not None:
+            points = plan.get("split_points") or []
+            where = (f" (first at stage {first}, which begins at {points[first - 1]})" if 0 < first <= len(points)
+                     else f" (first at stage {first}, the first stage)")
+        elif not (check.get("microbatched") or {"allclose": True})["allclose"]:
+            where = (f" (every stage computes what it computes in one process; the model itself on "
+                     f"{plan.get('microbatches', '?')} micro-batches of {plan.get('microbatch', '?')} differs from it on the "
+                     f"whole batch by up to {check['microbatched']['max_diff']:.3g}: its computation is not "
+                     "batch-independent, so micro-batching changes its answer)")
+        elif not (check.get("split_here") or {"allclose": True})["allclose"]:
+            where = (" (the split run stage after stage in one process differs too, by up to "
+                     f"{check['split_here']['max_diff']:.3g}: the split itself computes something else)")
+        parts.append("no output to compare" if diff is None else
+                     f"outputs differ from the unsplit model by up to {diff:.3g}{where}")
+    if plan.get("training"):
+        if not check.get("parameters_checked"):
+            parts.append("no parameter gradient compared")
+        elif check.get("grads_allclose") is not True:
+            parts.append(f"parameter gradients by up to {check.get('max_grad_diff', float('nan')):.3g}")
+    return "check failed: " + ", ".join(parts) if parts else None

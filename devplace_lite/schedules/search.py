@@ -379,13 +379,16 @@ def global_bound(c: SegmentCosts, stages: Sequence[int], microbatches: int, trai
     return best
 
 
-def _counts(schedule: str, ranks: int, per_rank: int | None, n: int, microbatches: int) -> list[tuple[int, int]]:
-    """(ranks used, stages) pairs the schedule may run: fewer ranks for the one-stage schedules."""
+def _counts(schedule: str, ranks: int, per_rank: int | None, n: int, microbatches: int,
+            least: int = 1) -> list[tuple[int, int]]:
+    """(ranks used, stages) pairs the schedule may run: fewer ranks for the one-stage schedules,
+    ``least`` of them at least."""
     v = stages_per_rank(schedule, per_rank)
     if v == 1 and SCHEDULES[schedule].fixed:
-        out = [(p, p) for p in range(1, min(ranks, n) + 1) if schedule != "1f1b" or microbatches >= p]
+        out = [(p, p) for p in range(max(1, least), min(ranks, n) + 1) if schedule != "1f1b" or microbatches >= p]
         if not out:
-            raise UsageError(f"{schedule} with {microbatches} micro-batch(es) runs on no rank count up to {ranks}")
+            raise UsageError(f"{schedule} with {microbatches} micro-batch(es) on {n} segment(s) runs on no rank count "
+                             f"from {max(1, least)} to {ranks}")
         return out
     if ranks * v > n:
         raise UsageError(f"{schedule} with {v} stage(s) on each of {ranks} rank(s) needs {ranks * v} stages, but the "
@@ -411,7 +414,8 @@ def _bounded_splits(sp: _Split, counts: Sequence[tuple[int, int]], schedule: str
 
 def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per_rank: int | None = None,
            training: bool = True, memory: float | None = None, start: Sequence[int] | None = None,
-           time_limit: float = 10.0, max_replays: int = MAX_REPLAYS, recompute: str = "never") -> SplitSearch:
+           time_limit: float = 10.0, max_replays: int = MAX_REPLAYS, recompute: str = "never",
+           least_ranks: int = 1) -> SplitSearch:
     """The split of ``c`` with the least replayed step time under ``schedule`` (see the module).
 
     Parameters
@@ -434,6 +438,9 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     recompute : ``"never"`` or ``"auto"``
         ``"auto"``: a split over ``memory`` may recompute activations on some stages (the least
         step among the fitting choices; see the module docstring). Training only.
+    least_ranks : int
+        The fewest ranks a one-stage-per-rank schedule may use (default 1; a checked run asks
+        for 2, so that what it checks is split). The bound and status are over those splits.
 
     Returns
     -------
@@ -451,7 +458,7 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     split_b = SCHEDULES[schedule].split_backward
     sp = _Split(c, training, split_b)
     n, m = c.n, int(microbatches)
-    counts = _counts(schedule, ranks, per_rank, n, m)
+    counts = _counts(schedule, ranks, per_rank, n, m, least_ranks)
     total = sum(math.comb(n - 1, s - 1) for _, s in counts)
     # (step, max load, stages recomputing), cuts, ranks, sim
     best: tuple[tuple[float, float, int], list[int], int, Simulation] | None = None

@@ -158,6 +158,11 @@ def load(spec: str, *, size: str = "tiny", batch: int = 4, seed: int = 0) -> tup
                          "(def) returning (model, example inputs)")
     params = inspect.signature(fn).parameters
     kwargs = {k: v for k, v in (("batch", batch), ("seed", seed)) if k in params}
+    import torch
+
+    # a builder that draws its weights from torch's global generator without seeding it (a
+    # Hugging Face model built from its config) draws the same ones in every process
+    torch.manual_seed(seed)
     try:
         # what the builder prints is not the command's answer: stdout carries --json
         with contextlib.redirect_stdout(sys.stderr), torchvision_tolerated(spec):
@@ -166,8 +171,6 @@ def load(spec: str, *, size: str = "tiny", batch: int = 4, seed: int = 0) -> tup
         raise
     except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's function failed or exited: one line
         raise UsageError(f"model spec {spec}: {module}.{name}() failed ({type(e).__name__}: {e})".splitlines()[0]) from None
-    import torch
-
     ok = isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[0], torch.nn.Module)
     inputs = got[1] if ok else None
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else inputs
