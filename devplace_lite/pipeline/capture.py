@@ -566,6 +566,19 @@ def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granular
                    wiring=None, granularity=granularity, leaf_modules=leaves, traced=gm)
 
 
+def _construct(reason: str) -> str:
+    """``reason`` (export's first line) led by the construct it means, where export's words
+    do not say it plainly: a guard on a data-dependent value is the model branching on (or
+    sizing by) a tensor's values, as a mixture of experts' router may.
+
+    >>> _construct("Could not guard on data-dependent expression Eq(u0, 1)")
+    'data-dependent control flow (a branch or a shape decided by a tensor value): Could not guard on data-dependent expression Eq(u0, 1)'
+    """
+    if "data-dependent" in reason or "_local_scalar_dense" in reason:
+        return f"data-dependent control flow (a branch or a shape decided by a tensor value): {reason}"
+    return reason
+
+
 def _export_failed(err: BaseException) -> bool:
     """Whether ``err`` from torch's ``pipeline()`` is torch.export failing to capture the model
     (which it wraps in a RuntimeError of its own), not its outliner or stage building failing
@@ -629,7 +642,7 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
         cap = _capture_export(model, example, cands, granularity)
     except Exception as e:  # noqa: BLE001 - export raises many kinds; we fall back and say why
         where = _where(_user_frame(e))
-        why = f"torch.export fails{' at ' + where if where else ''} ({_reason(e.__cause__ or e)})"
+        why = f"torch.export fails{' at ' + where if where else ''} ({_construct(_reason(e.__cause__ or e))})"
         exported = not _export_failed(e)
     else:
         try:  # torch's stage modules can fail where the model runs (pytorch/pytorch#184361: rotary embeddings)
