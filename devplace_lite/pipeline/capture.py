@@ -22,13 +22,25 @@ How
    wiring between them. A
    parameter read by two segments (tied embeddings) is *replicated* there, each copy
    receiving part of the gradient; `Capture.tied` lists them so a run sums those gradients.
-2. **torch.fx as the fallback** when export fails (data-dependent control flow, say): the
+2. **The exported graph cut by devplace's splitter** when torch's stage modules fail to run
+   after a sound export: torch's outliner cuts a module whose operators are not contiguous
+   (the rotary embedding of Llama-style decoders, computed once and read by every layer) into
+   stages that ask for values nobody passes ("Expected positional argument",
+   pytorch/pytorch#184361). The model is exported again (`exported_graph`: ``ep.module()``,
+   whose nodes keep ``nn_module_stack`` and whose parameters keep their FQNs) and cut at the
+   same candidates by `devplace_lite.pipeline.split` (`export_split`), which carries values
+   read later (the rotary cosines and sines) through the stages in between; a tied weight is
+   replicated on the stages that read it and listed in `Capture.tied`, as on route 1. Each
+   torchrun rank exports and cuts the model again, to the same nodes. ``how`` is
+   ``"torch.export+devplace split"`` and the notes say why route 1 was left. Where export
+   itself fails this route is skipped (it would fail the same way).
+3. **torch.fx as the fallback** when export fails (data-dependent control flow, say): the
    model is traced with ``torch.fx``; where tracing fails inside a module, that module is kept
    whole (a leaf) and tracing restarts, up to `MAX_LEAVES` times. Each step is written to
    `Capture.notes` with the module, the source line and the fallback taken. Segments are then
    cut by devplace's own splitter (`devplace_lite.pipeline.split`), which carries skip values
    through the stages in between.
-3. **Measure** (`measure_segments`): run the segments in order on the example micro-batch,
+4. **Measure** (`measure_segments`): run the segments in order on the example micro-batch,
    each ``repeats`` times after ``warmup``, timing the forward with the CPU time of the
    calling thread on one torch thread (a shared machine's load does not inflate it: waiting
    for a core is not CPU time), and in training the segment's own backward passes, fed with
@@ -53,11 +65,11 @@ How
    same tensor as its input, one tensor inside a stage but a copy per segment here,
    ``shared_saves``, counted once a stage by the planner), and the bytes of every value
    passed between segments.
-4. **Graph** (`segment_graph`): one node per segment (and per model input, a zero-cost source
+5. **Graph** (`segment_graph`): one node per segment (and per model input, a zero-cost source
    on the first stage), an edge per value passed, backward nodes paired by colour in
    training. ``comm`` is the bytes a segment sends on, over the link.
 
-Complexity: two exports (or one trace) and ``(warmup + repeats)`` forward (and backward) passes of
+Complexity: two exports (three on route 2; or one export and one trace) and ``(warmup + repeats)`` forward (and backward) passes of
 the segments and of the whole model.
 
 Example
@@ -617,8 +629,9 @@ def without_cache(model: nn.Module) -> list[str]:
 def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block") -> Capture:
     """Capture ``model`` on the example micro-batch ``example`` (a tuple of tensors).
 
-    Tries torch.export, then torch.fx with automatic leaf modules; the second route's reasons
-    are in ``notes``. A Hugging Face model's key-value cache is turned off first
+    Tries torch's pipelining over torch.export, then the exported graph cut by devplace's
+    splitter (where torch's stage modules fail to run), then torch.fx with automatic leaf
+    modules; why an earlier route was left is in ``notes``. A Hugging Face model's key-value cache is turned off first
     (`without_cache`, said in ``notes``). Raises `GraphError` when both routes fail: one line
     with export's reason first (naming the line of the model), then the fallback's.
     """
