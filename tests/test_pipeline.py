@@ -161,7 +161,7 @@ def on_path(monkeypatch):
 
 @pytest.mark.slow
 def test_a_model_only_torch_fx_captures_runs_over_two_ranks(tmp_path, on_path):
-    """The torch.fx route's stages (`torchrun._fx_stage`) under torchrun: a model whose forward
+    """The torch.fx route's stages (`torchrun.own_split`, `torchrun._own_stage`) under torchrun: a model whose forward
     branches on data, split in two, computes the unsplit model's outputs and gradients."""
     model, x = plan_models.branchy_wide(batch=8)
     p = plan(model, x, k=2, microbatches=4, model_spec="plan_models:branchy_wide", repeats=1)

@@ -10,8 +10,8 @@ MODEL is a zoo name or ``module:function`` returning ``(model, example inputs of
 batch)`` (called with ``batch=`` and ``seed=`` when it takes them), e.g.
 ``devplace_lite.zoo.external:gpt2`` or ``mynet:build`` for ``./mynet.py`` (the current folder is
 importable, as with ``python -m``). Without ``--microbatches`` a step has `MICROBATCHES`
-micro-batches, or the most below that divide the batch. The command captures the model (torch.export, else
-torch.fx), measures its segments on one micro-batch (thread CPU time, one thread), splits them
+micro-batches, or the most below that divide the batch. The command captures the model (torch.export; the
+exported graph cut by devplace's splitter where torch's stages fail to run; else torch.fx), measures its segments on one micro-batch (thread CPU time, one thread), splits them
 with the exact DP (or a heuristic past its size), proves a lower bound and states the gap,
 computes every stage's peak memory under the schedule (refusing a plan over ``--memory``), and
 writes ``DIR/plan.json``, ``DIR/graph.json`` and ``DIR/run_pipeline.py`` (split points as

@@ -22,13 +22,25 @@ How
    wiring between them. A
    parameter read by two segments (tied embeddings) is *replicated* there, each copy
    receiving part of the gradient; `Capture.tied` lists them so a run sums those gradients.
-2. **torch.fx as the fallback** when export fails (data-dependent control flow, say): the
+2. **The exported graph cut by devplace's splitter** when torch's stage modules fail to run
+   after a sound export: torch's outliner cuts a module whose operators are not contiguous
+   (the rotary embedding of Llama-style decoders, computed once and read by every layer) into
+   stages that ask for values nobody passes ("Expected positional argument",
+   pytorch/pytorch#184361). The model is exported again (`exported_graph`: ``ep.module()``,
+   whose nodes keep ``nn_module_stack`` and whose parameters keep their FQNs) and cut at the
+   same candidates by `devplace_lite.pipeline.split` (`export_split`), which carries values
+   read later (the rotary cosines and sines) through the stages in between; a tied weight is
+   replicated on the stages that read it and listed in `Capture.tied`, as on route 1. Each
+   torchrun rank exports and cuts the model again, to the same nodes. ``how`` is
+   ``"torch.export+devplace split"`` and the notes say why route 1 was left. Where export
+   itself fails this route is skipped (it would fail the same way).
+3. **torch.fx as the fallback** when export fails (data-dependent control flow, say): the
    model is traced with ``torch.fx``; where tracing fails inside a module, that module is kept
    whole (a leaf) and tracing restarts, up to `MAX_LEAVES` times. Each step is written to
    `Capture.notes` with the module, the source line and the fallback taken. Segments are then
    cut by devplace's own splitter (`devplace_lite.pipeline.split`), which carries skip values
    through the stages in between.
-3. **Measure** (`measure_segments`): run the segments in order on the example micro-batch,
+4. **Measure** (`measure_segments`): run the segments in order on the example micro-batch,
    each ``repeats`` times after ``warmup``, timing the forward with the CPU time of the
    calling thread on one torch thread (a shared machine's load does not inflate it: waiting
    for a core is not CPU time), and in training the segment's own backward passes, fed with
@@ -53,11 +65,11 @@ How
    same tensor as its input, one tensor inside a stage but a copy per segment here,
    ``shared_saves``, counted once a stage by the planner), and the bytes of every value
    passed between segments.
-4. **Graph** (`segment_graph`): one node per segment (and per model input, a zero-cost source
+5. **Graph** (`segment_graph`): one node per segment (and per model input, a zero-cost source
    on the first stage), an edge per value passed, backward nodes paired by colour in
    training. ``comm`` is the bytes a segment sends on, over the link.
 
-Complexity: two exports (or one trace) and ``(warmup + repeats)`` forward (and backward) passes of
+Complexity: two exports (three on route 2; or one export and one trace) and ``(warmup + repeats)`` forward (and backward) passes of
 the segments and of the whole model.
 
 Example
@@ -429,7 +441,7 @@ def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], gran
     modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
     if len(modules) != len(names):
         raise GraphError(f"export produced {len(modules)} segments for {len(names)} split points")
-    return Capture(model=model, example=example, how="torch.export", names=names, modules=modules,
+    return Capture(model=model, example=example, how=HOW_EXPORT, names=names, modules=modules,
                    wiring=pipe.split_gm, granularity=granularity, tied=tied_parameters(model, modules),
                    layouts=layouts)
 
@@ -450,6 +462,65 @@ def tied_parameters(model: nn.Module, stages: Sequence[nn.Module]) -> dict[str, 
             tied[names[0]] = where
     return tied
 
+
+#: `Capture.how` of each route, in the order they are tried (see the module docstring).
+HOW_EXPORT, HOW_EXPORT_SPLIT, HOW_FX = "torch.export", "torch.export+devplace split", "torch.fx"
+
+
+def exported_graph(model: nn.Module, example: tuple) -> fx.GraphModule:
+    """``model`` exported once with torch.export (non-strict, as torch's pipelining exports it)
+    as one fx graph to cut: ``ExportedProgram.module()``, whose nodes keep ``nn_module_stack``
+    and whose parameters keep their FQNs, taking the example's tensors positionally and
+    returning what the model returns (export's pytree wrapping of inputs and outputs removed,
+    so that a stage cut from it is a plain module), without dead code (an unused buffer's
+    read). Deterministic: every torchrun rank exports its own copy and gets the same nodes."""
+    with known_warnings_filtered():
+        ep = torch.export.export(export_copy(model), example)
+    gm = ep.module(check_guards=False)
+    codegen = gm.graph._codegen
+    out_spec = getattr(getattr(codegen, "pytree_info", None), "out_spec", None)
+    gm.graph._codegen = fx.graph.CodeGen()
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    if out_spec is not None:
+        output.args = (_plain_output(list(output.args[0]), out_spec),)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+def _plain_output(flat: list[Any], spec: Any) -> Any:
+    """The exported graph's flat outputs in the model's own structure where fx can hold it (a
+    tensor, tuples, lists, dicts); the flat tuple otherwise (a `ModelOutput`: the run's loss
+    reads its first floating-point tensor either way, `torchrun.head`)."""
+    from torch.utils._pytree import tree_unflatten
+
+    tree = tree_unflatten(flat, spec)
+
+    def plain(v: Any) -> bool:
+        if isinstance(v, (tuple, list)) and type(v) in (tuple, list):
+            return all(plain(x) for x in v)
+        if type(v) is dict:
+            return all(plain(x) for x in v.values())
+        return isinstance(v, fx.Node) or v is None
+    return tree if plain(tree) else tuple(flat)
+
+
+def export_split(model: nn.Module, example: tuple, points: Sequence[str]):
+    """The model's exported graph (`exported_graph`) cut by devplace's splitter at the module
+    FQNs ``points``, tied parameters replicated into every stage that reads them (their
+    gradients summed by the run, as on torch's pipelining route): ``(Split, names of the
+    stages' split points, the uncut graph)``. What the capture's second route does, and what
+    each torchrun rank does again to build its stages."""
+    gm = exported_graph(model, example)
+    sp, names = fx_split(gm, example, points, replicate_parameters=True)
+    return sp, names, gm
+
+
+def _capture_export_split(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str) -> Capture:
+    sp, names, gm = export_split(model, example, cands)
+    modules = list(sp.stages)
+    return Capture(model=model, example=example, how=HOW_EXPORT_SPLIT, names=names, modules=modules,
+                   wiring=None, granularity=granularity, tied=tied_parameters(model, modules), traced=gm)
 
 
 def trace_with_leaves(model: nn.Module, notes: list[str]) -> tuple[fx.GraphModule, list[str]]:
@@ -477,9 +548,11 @@ def trace_with_leaves(model: nn.Module, notes: list[str]) -> tuple[fx.GraphModul
                      "modules")
 
 
-def fx_split(gm: fx.GraphModule, example: tuple, points: Sequence[str], leaves: Sequence[str] = ()):
+def fx_split(gm: fx.GraphModule, example: tuple, points: Sequence[str], leaves: Sequence[str] = (),
+             replicate_parameters: bool = False):
     """Cut a torch.fx graph into stages beginning at the module FQNs ``points`` (those inside a
-    leaf cannot begin one) with devplace's splitter: ``(Split, names of the stages' split points)``."""
+    leaf cannot begin one) with devplace's splitter: ``(Split, names of the stages' split points)``.
+    ``replicate_parameters``: as `split_module`'s (tied weights on several stages)."""
     from .split import split_module
 
     points = [c for c in points if not any(c.startswith(leaf + ".") for leaf in leaves)]
@@ -493,15 +566,36 @@ def fx_split(gm: fx.GraphModule, example: tuple, points: Sequence[str], leaves: 
             seg += 1
             names.append(by_node[n.name])
         stage_of[n.name] = seg
-    return split_module(gm, stage_of, example, num_stages=len(names)), names
+    return split_module(gm, stage_of, example, num_stages=len(names),
+                        replicate_parameters=replicate_parameters), names
 
 
 def _capture_fx(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str,
                 notes: list[str]) -> Capture:
     gm, leaves = trace_with_leaves(model, notes)
     sp, names = fx_split(gm, example, cands, leaves)
-    return Capture(model=model, example=example, how="torch.fx", names=names, modules=list(sp.stages),
+    return Capture(model=model, example=example, how=HOW_FX, names=names, modules=list(sp.stages),
                    wiring=None, granularity=granularity, leaf_modules=leaves, traced=gm)
+
+
+def _construct(reason: str) -> str:
+    """``reason`` (export's first line) led by the construct it means, where export's words
+    do not say it plainly: a guard on a data-dependent value is the model branching on (or
+    sizing by) a tensor's values, as a mixture of experts' router may.
+
+    >>> _construct("Could not guard on data-dependent expression Eq(u0, 1)")
+    'data-dependent control flow (a branch or a shape decided by a tensor value): Could not guard on data-dependent expression Eq(u0, 1)'
+    """
+    if "data-dependent" in reason or "_local_scalar_dense" in reason:
+        return f"data-dependent control flow (a branch or a shape decided by a tensor value): {reason}"
+    return reason
+
+
+def _export_failed(err: BaseException) -> bool:
+    """Whether ``err`` from torch's ``pipeline()`` is torch.export failing to capture the model
+    (which it wraps in a RuntimeError of its own), not its outliner or stage building failing
+    after a sound export: then cutting the export ourselves cannot help either."""
+    return isinstance(err, RuntimeError) and "cannot capture your model as a full graph" in str(err)
 
 
 def without_cache(model: nn.Module) -> list[str]:
@@ -535,8 +629,9 @@ def without_cache(model: nn.Module) -> list[str]:
 def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block") -> Capture:
     """Capture ``model`` on the example micro-batch ``example`` (a tuple of tensors).
 
-    Tries torch.export, then torch.fx with automatic leaf modules; the second route's reasons
-    are in ``notes``. A Hugging Face model's key-value cache is turned off first
+    Tries torch's pipelining over torch.export, then the exported graph cut by devplace's
+    splitter (where torch's stage modules fail to run), then torch.fx with automatic leaf
+    modules; why an earlier route was left is in ``notes``. A Hugging Face model's key-value cache is turned off first
     (`without_cache`, said in ``notes``). Raises `GraphError` when both routes fail: one line
     with export's reason first (naming the line of the model), then the fallback's.
     """
@@ -555,11 +650,13 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
                          f"{_where(_user_frame(e)) or 'an unknown line'}: "
                          f"{torchvision_mismatch(e) or _reason(e)}") from None
     cands = candidates(model, order, count, granularity)
+    exported = True  # whether torch.export itself captured the model (torch's outliner may still fail)
     try:
         cap = _capture_export(model, example, cands, granularity)
     except Exception as e:  # noqa: BLE001 - export raises many kinds; we fall back and say why
         where = _where(_user_frame(e))
-        why = f"torch.export fails{' at ' + where if where else ''} ({_reason(e.__cause__ or e)})"
+        why = f"torch.export fails{' at ' + where if where else ''} ({_construct(_reason(e.__cause__ or e))})"
+        exported = not _export_failed(e)
     else:
         try:  # torch's stage modules can fail where the model runs (pytorch/pytorch#184361: rotary embeddings)
             for _ in _run_in_order(cap, example):
@@ -571,6 +668,19 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
             if "Expected positional argument" in why:
                 why += (" - torch's pipelining outlines some modules wrongly, rotary embeddings of Llama-style "
                         "models among them: pytorch/pytorch#184361")
+    if exported:  # the export is sound, torch's cut of it is not: cut the exported graph ourselves
+        try:
+            cap = _capture_export_split(model, example, cands, granularity)
+            for _ in _run_in_order(cap, example):
+                pass
+        except Exception as e:  # noqa: BLE001 - our splitter refuses (GraphError) or a stage fails to run
+            where = _where(_user_frame(e))
+            why += (f"; devplace's split of the exported graph fails{' at ' + where if where else ''} "
+                    f"({_reason(e)})")
+        else:
+            cap.notes = first + [f"{why}; fallback: the exported graph cut by devplace's splitter "
+                                 "(values read later carried stage to stage)"]
+            return cap
     notes = first + [f"{why}; fallback: torch.fx"]
     try:
         cap = _capture_fx(model, example, cands, granularity, notes)
@@ -772,8 +882,9 @@ def _torch_fails(what: str, device: str):
 def _whole(cap: Capture) -> Capture:
     """``cap`` as one segment: the model's program without the segment boundaries, which a
     pipeline stage holding several segments does not run either (the export route: torch's
-    pipeline with no split point; the fx route: the traced graph before it was cut)."""
-    if cap.how == "torch.fx":
+    pipeline with no split point; the routes devplace's splitter cuts: the exported or traced
+    graph before it was cut)."""
+    if cap.wiring is None:  # devplace's splitter cut it (from a trace or an export): the graph before the cut
         return Capture(model=cap.model, example=cap.example, how=cap.how, names=["(whole)"], modules=[cap.traced],
                        wiring=None, granularity=cap.granularity)
     from torch.distributed.pipelining import pipeline
@@ -977,7 +1088,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             calls.append((m, _model_layout(m, args, cap.layouts), _grads(src)))
         # a roofline prices kernels, and the boundaries' copies are kernels a stage runs too
         whole = None
-        if spec is None and n > 1 and (cap.how != "torch.fx" or cap.traced is not None):
+        if spec is None and n > 1 and (cap.wiring is not None or cap.traced is not None):
             w = _whole(cap)
             if device != "cpu":
                 w.modules = [to_device(m, device) for m in w.modules]

@@ -597,7 +597,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     Parameters
     ----------
     model : nn.Module
-        Any module; captured with torch.export, else torch.fx (see `capture`).
+        Any module; captured with torch.export (torch's pipelining, else devplace's splitter
+        on the exported graph), else torch.fx (see `capture`).
     example_inputs : sequence of tensors
         One step's batch; its leading size must divide by ``microbatches``.
     k, microbatches, schedule

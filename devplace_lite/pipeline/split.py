@@ -1,8 +1,9 @@
 """Cut a traced torch model into pipeline stages: one `torch.fx.GraphModule` per stage.
 
-This is the capture's second route (`devplace_lite.pipeline.capture.fx_split`): where
-torch.export cannot capture a model, torch.fx traces it and this module makes its segments,
-and the stages a torchrun rank builds (`devplace_lite.pipeline.torchrun`).
+This cuts for two of the capture's routes (`devplace_lite.pipeline.capture.fx_split`): the
+exported graph where torch's own outliner cuts it wrongly (rotary embeddings), and the torch.fx
+trace where torch.export cannot capture a model; it makes their segments, and the stages a
+torchrun rank builds (`devplace_lite.pipeline.torchrun`).
 
 Problem: given a model's fx graph and a stage index for its nodes (a chain of ideals: every
 edge goes from a stage to the same or a later one), build one module per stage such that
@@ -155,7 +156,7 @@ class Split:
 
 
 def split_module(gm: fx.GraphModule, stage_of: Mapping[str, int], example_inputs: Sequence[Any],
-                 num_stages: int | None = None) -> Split:
+                 num_stages: int | None = None, replicate_parameters: bool = False) -> Split:
     """Split ``model`` into stages from ``stage_of`` (fx node name -> stage index).
 
     Parameters
@@ -170,6 +171,11 @@ def split_module(gm: fx.GraphModule, stage_of: Mapping[str, int], example_inputs
     num_stages : int, optional
         ``p``; default: one more than the largest stage index given. Stages may be empty
         (they hand their inputs on).
+    replicate_parameters : bool
+        A trainable parameter read by several stages (a tied embedding and head, one tensor
+        read by ``get_attr``) is copied into each of them, as torch's pipelining replicates
+        it; the caller then sums the copies' gradients (`Split.replicated` says where).
+        Default: that is an error.
 
     Raises
     ------
@@ -244,7 +250,7 @@ def split_module(gm: fx.GraphModule, stage_of: Mapping[str, int], example_inputs
     for n in nodes:
         if n.op == "get_attr" and len(rep.get(n.name, ())) > 1:
             obj = _attr(gm, str(n.target))
-            if isinstance(obj, torch.Tensor) and obj.requires_grad:
+            if isinstance(obj, torch.Tensor) and obj.requires_grad and not replicate_parameters:
                 s = sorted(rep[n.name])
                 raise GraphError(f"parameter {n.target} is read by stages {s[0]} and {s[1]}: "
                                  f"put the nodes that use it on one stage")
@@ -266,7 +272,8 @@ def split_module(gm: fx.GraphModule, stage_of: Mapping[str, int], example_inputs
     for n in nodes:
         if n.op == "output" or n.name in replicable:
             continue
-        last = max((max(use_stages(u)) for u in n.users), default=stage[n.name])
+        # a replicated user that nothing reads (dead code) is on no stage, and extends nothing
+        last = max((s for u in n.users for s in use_stages(u)), default=stage[n.name])
         for b in range(stage[n.name], last):
             if kind.get(n.name) != "tensor":
                 raise GraphError(f"value {n.name} ({kind.get(n.name)}) would cross from stage {b} to "

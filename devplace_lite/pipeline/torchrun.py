@@ -359,7 +359,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
     from ..schedules.simulate import SCHEDULES
 
     from ..zoo import load
-    from .capture import export_copy, known_warnings_filtered, split_policy, without_cache
+    from .capture import HOW_EXPORT_SPLIT, HOW_FX, export_copy, known_warnings_filtered, split_policy, without_cache
 
     args = _args(argv)
     plan_path = Path(plan_path)
@@ -390,8 +390,9 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         micro = tuple(t[: plan["microbatch"]] for t in inputs)
         points = list(split_spec) if split_spec is not None else list(plan["split_points"])
         training = plan["training"]
-        if plan["capture"] == "torch.fx":
-            stages = [_fx_stage(model, micro, points, s, n_stages, device, training) for s in mine]
+        if plan["capture"] in (HOW_FX, HOW_EXPORT_SPLIT):  # devplace's splitter cut it: cut it again here
+            split = own_split(plan["capture"], model, micro, points)
+            stages = [_own_stage(split, micro, s, n_stages, device, training) for s in mine]
             order = list(range(len(micro)))
             every_stage = (lambda: _fx_modules(model, micro, points, n_stages)) if args.check else None
         else:
@@ -552,17 +553,27 @@ def summary(plan: dict, ranks: Sequence[dict], folder: Path) -> str:
             f"per-rank JSON in {files}")
 
 
-def _fx_stage(model: Any, micro: tuple, points: Sequence[str], index: int, count: int, device: Any,
-              training: bool) -> Any:
-    """The fx route (a model torch.export cannot capture): devplace's splitter cuts the traced
-    model (leaf modules chosen as in the capture), and the stage is a manual `PipelineStage`
-    that talks to its neighbours only (values read later are carried through)."""
+def own_split(how: str, model: Any, micro: tuple, points: Sequence[str]) -> Any:
+    """The stages devplace's splitter cuts, built again in a rank as the capture built them
+    (`devplace_lite.pipeline.split.Split`): for ``how`` ``torch.fx`` from a trace (leaf modules
+    chosen as in the capture), for ``torch.export+devplace split`` from the rank's own export
+    of the model (`capture.export_split`: the same graph and node names in every rank, tied
+    parameters replicated). Each rank cuts the whole model and keeps its stages."""
+    from .capture import HOW_FX, export_copy, export_split, fx_split, trace_with_leaves
+
+    if how == HOW_FX:
+        gm, leaves = trace_with_leaves(export_copy(model), [])
+        return fx_split(gm, micro, points, leaves)[0]
+    return export_split(model, micro, points)[0]
+
+
+def _own_stage(split: Any, micro: tuple, index: int, count: int, device: Any, training: bool) -> Any:
+    """Stage ``index`` of ``split`` (`own_split`) as a manual `PipelineStage` that talks to its
+    neighbours only (values read later are carried through), its shapes given (`stage_shapes`)."""
     from torch.distributed.pipelining import PipelineStage
 
-    from .capture import export_copy, fx_split, to_device, trace_with_leaves
+    from .capture import to_device
 
-    gm, leaves = trace_with_leaves(export_copy(model), [])
-    split, _ = fx_split(gm, micro, points, leaves)
     if split.num_stages != count:
         raise GraphError(f"the split points give {split.num_stages} stages, not {count}")
     ins, outs = stage_shapes(split.stages, micro, training)[index]
