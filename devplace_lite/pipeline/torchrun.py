@@ -222,8 +222,7 @@ Run it with torchrun, one process per rank ({ranks} rank(s), {per_rank} stage(s)
 
 Each rank does, with torch.distributed.pipelining:
 
-    pipe = pipeline(model, microbatch, split_spec=SPLIT_SPEC)
-    stages = [pipe.build_stage(s, device) for s in STAGE_TO_RANK if STAGE_TO_RANK[s] == rank]
+{build}
     {schedule_class}({stage_arg}, {microbatches}, loss_fn=loss_fn).step(batch on the first rank, target on the last)
 
 and sums the gradients of weights replicated on several stages ({tied}).
@@ -246,6 +245,13 @@ if __name__ == "__main__":
 '''
 
 
+#: How a rank builds its stages, for the script's docstring: torch's pipelining, or devplace's splitter.
+_PIPE = ("    pipe = pipeline(model, microbatch, split_spec=SPLIT_SPEC)\n"
+         "    stages = [pipe.build_stage(s, device) for s in STAGE_TO_RANK if STAGE_TO_RANK[s] == rank]")
+_OWN = ("    split = {cut}(model, microbatch, SPLIT_SPEC)  # {how}, cut by devplace's splitter\n"
+        "    stages = [PipelineStage(split.stages[s], s, ...) for s in STAGE_TO_RANK if STAGE_TO_RANK[s] == rank]")
+
+
 def write_script(path: str | Path, plan: Any) -> None:
     """Write the torchrun script of ``plan`` (a `PipelinePlan`) to ``path``, as every output is
     (`devplace_lite.files.write_atomic`)."""
@@ -255,11 +261,23 @@ def write_script(path: str | Path, plan: Any) -> None:
     from ..schedules.simulate import SCHEDULES
 
     text = _SCRIPT.format(model=plan.model_spec or plan.graph.meta.get("model"), stages=plan.num_stages,
+                          build=_build_text(plan.capture_how),
                           method=plan.method, gap=gap, microbatches=plan.microbatches, spec=spec, tied=tied,
                           schedule_class=SCHEDULES[plan.schedule].torch_class, ranks=plan.ranks,
                           per_rank=plan.per_rank, stage_to_rank=dict(enumerate(plan.stage_ranks)),
                           stage_arg="stages[0]" if plan.per_rank == 1 and SCHEDULES[plan.schedule].fixed else "stages")
     write_text_atomic(path, text)
+
+
+def _build_text(how: str) -> str:
+    """What the script's docstring says a rank does to build its stages, for capture route ``how``."""
+    from .capture import HOW_EXPORT_SPLIT, HOW_FX
+
+    if how == HOW_EXPORT_SPLIT:
+        return _OWN.format(cut="export_split", how="torch.export")
+    if how == HOW_FX:
+        return _OWN.format(cut="fx_split", how="a torch.fx trace")
+    return _PIPE
 
 
 # -- one rank ----------------------------------------------------------------------------------
@@ -394,7 +412,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
             split = own_split(plan["capture"], model, micro, points)
             stages = [_own_stage(split, micro, s, n_stages, device, training) for s in mine]
             order = list(range(len(micro)))
-            every_stage = (lambda: _fx_modules(model, micro, points, n_stages)) if args.check else None
+            every_stage = lambda: list(split.stages)  # noqa: E731 - as the pipe's stage modules below
         else:
             with known_warnings_filtered():
                 pipe = pipeline(export_copy(model), micro, split_policy=split_policy(points))
@@ -580,17 +598,6 @@ def _own_stage(split: Any, micro: tuple, index: int, count: int, device: Any, tr
     return PipelineStage(to_device(split.stages[index], device), index, count, device,
                          input_args=tuple(_example(m, device) for m in ins),
                          output_args=tuple(_example(m, device) for m in outs))
-
-
-def _fx_modules(model: Any, micro: tuple, points: Sequence[str], count: int) -> list[Any]:
-    """Every stage module of the fx route's split, cut from one more copy of ``model``."""
-    from .capture import export_copy, fx_split, trace_with_leaves
-
-    gm, leaves = trace_with_leaves(export_copy(model), [])
-    split, _ = fx_split(gm, micro, points, leaves)
-    if split.num_stages != count:
-        raise GraphError(f"the split points give {split.num_stages} stages, not {count}")
-    return list(split.stages)
 
 
 def first_stage_inputs(pipe: Any) -> list[int]:

@@ -263,86 +263,88 @@ _DECODER = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidde
                 num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
-def decoder(config_name: str, model_name: str, batch: int, seed: int, **config: Any) -> tuple[nn.Module, tuple]:
-    """A tiny decoder LM (`hf_model` on ``input_ids``, 16 tokens): `_DECODER`'s sizes, with
-    ``config`` added or overriding them."""
-    return hf_model(config_name, model_name, ("input_ids",), batch, 16, seed, **{**_DECODER, **config})
+def decoder(config_name: str, model_name: str, batch: int, seed: int, layers: int = 4,
+            **config: Any) -> tuple[nn.Module, tuple]:
+    """A tiny decoder LM (`hf_model` on ``input_ids``, 16 tokens): `_DECODER`'s sizes with
+    ``layers`` layers, ``config`` added or overriding them."""
+    return hf_model(config_name, model_name, ("input_ids",), batch, 16, seed,
+                    **{**_DECODER, "num_hidden_layers": layers, **config})
 
 
-def llama(batch: int = 4, seed: int = 0):
+def llama(batch: int = 4, seed: int = 0, layers: int = 4):
     """Llama: RMSNorm, rotary embeddings, grouped-query attention (4 heads, 2 key-value), SwiGLU."""
-    return decoder("LlamaConfig", "LlamaForCausalLM", batch, seed)
+    return decoder("LlamaConfig", "LlamaForCausalLM", batch, seed, layers)
 
 
-def qwen2(batch: int = 4, seed: int = 0):
+def qwen2(batch: int = 4, seed: int = 0, layers: int = 4):
     """Qwen2: Llama's blocks with biases on the query, key and value projections; tied head."""
-    return decoder("Qwen2Config", "Qwen2ForCausalLM", batch, seed, tie_word_embeddings=True)
+    return decoder("Qwen2Config", "Qwen2ForCausalLM", batch, seed, layers, tie_word_embeddings=True)
 
 
-def qwen3(batch: int = 4, seed: int = 0):
+def qwen3(batch: int = 4, seed: int = 0, layers: int = 4):
     """Qwen3: RMSNorm on each head's queries and keys, head width 16."""
-    return decoder("Qwen3Config", "Qwen3ForCausalLM", batch, seed, head_dim=16)
+    return decoder("Qwen3Config", "Qwen3ForCausalLM", batch, seed, layers, head_dim=16)
 
 
-def mistral(batch: int = 4, seed: int = 0):
+def mistral(batch: int = 4, seed: int = 0, layers: int = 4):
     """Mistral: Llama's blocks with sliding-window attention (a window of 8 of the 16 tokens)."""
-    return decoder("MistralConfig", "MistralForCausalLM", batch, seed, sliding_window=8)
+    return decoder("MistralConfig", "MistralForCausalLM", batch, seed, layers, sliding_window=8)
 
 
-def gemma2(batch: int = 4, seed: int = 0):
+def gemma2(batch: int = 4, seed: int = 0, layers: int = 4):
     """Gemma 2: sliding and global attention layers in turn, logit soft-capping, norms before and
     after each sub-block, embeddings scaled by the width, tied head."""
-    return decoder("Gemma2Config", "Gemma2ForCausalLM", batch, seed, head_dim=16, sliding_window=8,
+    return decoder("Gemma2Config", "Gemma2ForCausalLM", batch, seed, layers, head_dim=16, sliding_window=8,
                    query_pre_attn_scalar=16)
 
 
-def gemma3(batch: int = 4, seed: int = 0):
+def gemma3(batch: int = 4, seed: int = 0, layers: int = 4):
     """Gemma 3 (text): two rotary embeddings (local and global layers), RMSNorm on queries and
     keys, sliding windows, tied head."""
-    return decoder("Gemma3TextConfig", "Gemma3ForCausalLM", batch, seed, head_dim=16, sliding_window=8,
+    return decoder("Gemma3TextConfig", "Gemma3ForCausalLM", batch, seed, layers, head_dim=16, sliding_window=8,
                    query_pre_attn_scalar=16)
 
 
-def phi3(batch: int = 4, seed: int = 0):
+def phi3(batch: int = 4, seed: int = 0, layers: int = 4):
     """Phi-3: fused query-key-value and gate-up projections, rotary embeddings."""
-    return decoder("Phi3Config", "Phi3ForCausalLM", batch, seed)
+    return decoder("Phi3Config", "Phi3ForCausalLM", batch, seed, layers)
 
 
-def gpt_neox(batch: int = 4, seed: int = 0):
+def gpt_neox(batch: int = 4, seed: int = 0, layers: int = 4):
     """GPT-NeoX (Pythia): parallel attention and MLP, partial rotary embeddings (a quarter of each head)."""
-    return decoder("GPTNeoXConfig", "GPTNeoXForCausalLM", batch, seed)
+    return decoder("GPTNeoXConfig", "GPTNeoXForCausalLM", batch, seed, layers)
 
 
-def olmo2(batch: int = 4, seed: int = 0):
+def olmo2(batch: int = 4, seed: int = 0, layers: int = 4):
     """OLMo 2: norms after attention and MLP, RMSNorm on queries and keys."""
-    return decoder("Olmo2Config", "Olmo2ForCausalLM", batch, seed)
+    return decoder("Olmo2Config", "Olmo2ForCausalLM", batch, seed, layers)
 
 
-def stablelm(batch: int = 4, seed: int = 0):
+def stablelm(batch: int = 4, seed: int = 0, layers: int = 4):
     """StableLM: LayerNorm, partial rotary embeddings (a quarter of each head)."""
-    return decoder("StableLmConfig", "StableLmForCausalLM", batch, seed)
+    return decoder("StableLmConfig", "StableLmForCausalLM", batch, seed, layers)
 
 
-def falcon(batch: int = 4, seed: int = 0):
+def falcon(batch: int = 4, seed: int = 0, layers: int = 4):
     """Falcon: the new decoder architecture (grouped key-value heads, parallel attention and MLP), rotary."""
-    return decoder("FalconConfig", "FalconForCausalLM", batch, seed, new_decoder_architecture=True, num_kv_heads=2,
+    return decoder("FalconConfig", "FalconForCausalLM", batch, seed, layers, new_decoder_architecture=True, num_kv_heads=2,
                    alibi=False, parallel_attn=True, bias=False)
 
 
-def mixtral(batch: int = 4, seed: int = 0):
+def mixtral(batch: int = 4, seed: int = 0, layers: int = 4):
     """Mixtral: a sparse mixture of 4 SwiGLU experts per layer, 2 chosen per token."""
-    return decoder("MixtralConfig", "MixtralForCausalLM", batch, seed, num_local_experts=4, num_experts_per_tok=2)
+    return decoder("MixtralConfig", "MixtralForCausalLM", batch, seed, layers, num_local_experts=4, num_experts_per_tok=2)
 
 
-def qwen3_moe(batch: int = 4, seed: int = 0):
+def qwen3_moe(batch: int = 4, seed: int = 0, layers: int = 4):
     """Qwen3-MoE: a sparse mixture of 4 experts per layer (width 64), 2 chosen per token."""
-    return decoder("Qwen3MoeConfig", "Qwen3MoeForCausalLM", batch, seed, head_dim=16, num_experts=4,
+    return decoder("Qwen3MoeConfig", "Qwen3MoeForCausalLM", batch, seed, layers, head_dim=16, num_experts=4,
                    num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=1)
 
 
-def mamba(batch: int = 4, seed: int = 0):
+def mamba(batch: int = 4, seed: int = 0, layers: int = 4):
     """Mamba: selective state-space blocks (no attention), the sequential scan of its slow path."""
-    return decoder("MambaConfig", "MambaForCausalLM", batch, seed, state_size=8, expand=2, conv_kernel=4)
+    return decoder("MambaConfig", "MambaForCausalLM", batch, seed, layers, state_size=8, expand=2, conv_kernel=4)
 
 
 def get(name: str):
