@@ -1,7 +1,9 @@
-"""Exercises of chapter 08 (a real pipeline): stage order, a 1F1B step on paper, a measured bubble.
+"""Exercises of chapter 08 (a real pipeline): stage order, a 1F1B step on paper, a measured bubble,
+torchtitan's default split of a decoder.
 
 Torch-free on purpose (the chapter's pipeline imports torch): 08.2 is checked against
-`devplace_lite.cost.chain_order`, the order in which a chain split's stages run.
+`devplace_lite.cost.chain_order`, the order in which a chain split's stages run; 08.7 against
+`devplace_lite.pipeline.planner.torchtitan_split`, which imports no torch either.
 """
 
 from __future__ import annotations
@@ -303,3 +305,45 @@ register(id="08.6", name="my_1f1b_forecast", title="a schedule's forecast: step 
          forbidden=("devplace_lite.schedules.simulate", "devplace_lite.schedules.search", "devplace_lite.pipeline"),
          hint="replay the boxes as in my_1f1b_step and, per stage, count the micro-batches forwarded and not yet "
               "backwarded at each moment: the peak is the static bytes plus the most of them times the activations")
+
+
+# -- 08.7  torchtitan's default split of a decoder -----------------------------------------------------
+
+
+def torchtitan_layers(layers: int, stages: int) -> list[int]:
+    """Layers on each stage of torchtitan's default split (`torchtitan_split`): the embedding and
+    the head each weighed as one layer."""
+    from ...pipeline.planner import torchtitan_split
+
+    names = ["embed"] + [f"layers.{i}" for i in range(layers)] + ["head"]
+    split = torchtitan_split(names, stages)[1:-1]
+    return [split.count(s) for s in range(stages)]
+
+
+def _torchtitan_cases(rng: np.random.Generator, i: int) -> Case:
+    fixed = [(16, 4), (6, 5)]
+    if i < len(fixed):
+        layers, stages = fixed[i]
+    else:
+        stages = int(rng.integers(2, 9))
+        layers = int(rng.integers(max(1, 2 * stages - 2), 8 * stages))
+    return Case((layers, stages), text=f"layers = {layers}; stages = {stages}")
+
+
+def _torchtitan_slips(case: Case) -> list:
+    layers, stages = case.args
+    even = [layers // stages + (s < layers % stages) for s in range(stages)]
+    per, extra = divmod(layers + 2, stages)
+    late = [per + (s >= stages - extra) for s in range(stages)]
+    late[0] -= 1
+    late[-1] -= 1
+    return [(even, "that deals the layers out evenly and forgets that the first stage also runs the embedding and "
+                   "the last the norm and the head, each weighed as a layer"),
+            (late, "the stages that get one layer's worth more are the first ones, not the last")]
+
+
+register(id="08.7", name="my_torchtitan_layers", title="torchtitan's default split of a decoder LM",
+         reference=torchtitan_layers, cases=_torchtitan_cases, slips=_torchtitan_slips, fixed=2, n=20,
+         forbidden=("devplace_lite.pipeline",),
+         hint="count the embedding and the head as one layer each: deal layers + 2 out as evenly as you can, the "
+              "first stages taking the remainder, then take one from the first stage and one from the last")
