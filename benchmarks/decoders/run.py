@@ -23,17 +23,15 @@ Writes ``results.json`` and the table in ``README.md``. Benchmarks measure; noth
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.model_rows import record, rows_of
+
 HERE = Path(__file__).parent
-RESULTS = HERE / "results.json"
 KS, MICRO, BATCH = (4, 2), 4, 8
 
 
@@ -104,35 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=1, help="measured steps per torchrun run (default 1)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per segment (default 3)")
     args = ap.parse_args(argv)
-    import torch
-
-    rows = []
-    for name in args.models:
-        print(f"-- {name}", flush=True)
-        try:
-            rows.append(case(name, args.steps, args.repeats))
-        except Exception as e:  # noqa: BLE001 - a refusal is a result: one line in the table
-            rows.append({"model": name, "family": external.DECODERS.get(name, "?"), "error": str(e).splitlines()[0]})
-        print(json.dumps(rows[-1], default=str)[:400], flush=True)
-    from devplace_lite.pipeline.resources import device_name
-
-    if RESULTS.exists() and set(args.models) != set(external.DECODERS):  # a partial run updates its rows only
-        kept = {r["model"]: r for r in json.loads(RESULTS.read_text())["rows"]}
-        kept.update({r["model"]: r for r in rows})
-        rows = [kept[m] for m in external.DECODERS if m in kept]
-    command = "python -m benchmarks.decoders.run " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    result = {"device": device_name("cpu"), "torch": torch.__version__, "python": platform.python_version(),
-              "date": time.strftime("%Y-%m-%d"), "command": command.strip(), "rows": rows}
-    RESULTS.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    readme = HERE / "README.md"
-    marker, end = "<!-- table -->", "<!-- end -->"
-    text = readme.read_text() if readme.exists() else f"{marker}\n{end}\n"
-    head, _, rest = text.partition(marker)
-    _, _, tail = rest.partition(end)
-    loads = ", ".join(f"{r['model']} {r.get('load_before', '?')}" for r in rows)
-    readme.write_text(f"{head}{marker}\n{table(rows)}\n\nMachine: {result['device']}, shared with other work; "
-                      f"load average (1, 5, 15 min) before each model: {loads}. torch {result['torch']}; "
-                      f"command: `{result['command']}`; {result['date']}.\n{end}{tail}")
+    rows = rows_of(args.models, lambda name: case(name, args.steps, args.repeats), external.DECODERS)
+    record(HERE, "benchmarks.decoders.run", argv, list(external.DECODERS), rows, table)
     return 0
 
 
