@@ -1,9 +1,9 @@
 """The plan's split of a decoder LM against the splits people run by default.
 
-For each decoder of `devplace_lite.zoo.external.DECODERS`, built with `LAYERS` layers (so that
-8 ranks of 2 interleaved stages each have a layer apiece), training, batch 8 in 8 micro-batches,
-measured once (`devplace_lite.pipeline.planner.plan`, thread CPU time) and planned from that one
-measured graph at 2, 4 and 8 ranks under 1F1B and interleaved 1F1B (2 stages per rank):
+For each decoder of `devplace_lite.zoo.external.DECODERS`, built with `LAYERS` layers, training,
+batch 8 in 8 micro-batches, measured once (`devplace_lite.pipeline.planner.plan`, thread CPU
+time) and planned from that one measured graph at 2, 4 and 8 stages: 1F1B on 2, 4 and 8 ranks,
+and interleaved 1F1B with 2 stages on each of 2 and 4 ranks (`CONFIGS`):
 
 * **plan**: devplace's split (`plan_graph`: the schedule-aware search, proven or with its gap);
 * **torchtitan**: torchtitan's default (`torchtitan_split`: equal layers, the embedding and the
@@ -13,8 +13,8 @@ measured graph at 2, 4 and 8 ranks under 1F1B and interleaved 1F1B (2 stages per
   `uniform` methods over the same chain of segments.
 
 Each split's **forecast step** is the replay of torch's action order for the schedule on the
-measured costs (`PipelinePlan.step_ms`), reported as a ratio to the plan's. At 2 ranks under
-1F1B each distinct split also **runs** under torchrun (gloo, one process and one thread per
+measured costs (`PipelinePlan.step_ms`), reported as a ratio to the plan's. At 2 ranks
+(``--measure-ranks``) under 1F1B each distinct split also **runs** under torchrun (gloo, one process and one thread per
 rank) ``--rounds`` times in interleaved rounds: its step replayed from the CPU time each rank's
 passes measured (a shared machine's load does not inflate CPU time), median over the rounds.
 Under a **memory cap** (`--cap`, a share of the torchtitan split's largest stage peak at 4
@@ -24,6 +24,7 @@ Writes ``baselines.json`` and the table in ``BASELINES.md``. Benchmarks measure;
 
     python -m benchmarks.decoders.baselines                  # every decoder
     python -m benchmarks.decoders.baselines --models llama mixtral --rounds 1
+    python -m benchmarks.decoders.baselines --models llama mixtral mamba --measure-ranks 4
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ from typing import Any, Callable
 HERE = Path(__file__).parent
 RESULTS = HERE / "baselines.json"
 PAGE = HERE / "BASELINES.md"
-LAYERS, BATCH, MICRO = 16, 8, 8
-RANKS = (2, 4, 8)
-SCHEDULES = ("1f1b", "interleaved-1f1b")
+LAYERS, BATCH, MICRO = 8, 8, 8
+#: (schedule, ranks): 2, 4 and 8 stages under 1F1B, 4 and 8 under interleaved 1F1B (2 a rank)
+CONFIGS = (("1f1b", 2), ("1f1b", 4), ("1f1b", 8), ("interleaved-1f1b", 2), ("interleaved-1f1b", 4))
 BASELINES = ("torchtitan", "ds-parameters", "ds-uniform")
 
 
@@ -87,29 +88,28 @@ def splits(q: Any) -> dict[str, list[int]]:
 
 
 def forecast(graph: Any, spec: str) -> list[dict[str, Any]]:
-    """Every rank count and schedule: the plan's forecast step and each baseline's."""
+    """Every schedule and rank count of `CONFIGS`: the plan's forecast step and each baseline's."""
     from devplace_lite.pipeline.planner import plan_graph, with_stages
 
     rows = []
-    for schedule in SCHEDULES:
-        for k in RANKS:
-            q = plan_graph(graph, k=k, microbatches=MICRO, schedule=schedule, batch=BATCH, time_limit=30)
-            q.model_spec = spec
-            row: dict[str, Any] = {"schedule": schedule, "ranks": k, "status": q.status, "gap": q.gap,
-                                   "stages": q.num_stages, "plan_ms": q.step_ms(), "split_points": q.split_points}
-            for name, stage_of in splits(q).items():
-                b = with_stages(q, stage_of, name)
-                row[name] = {"ms": b.step_ms(), "ratio": b.step_ms() / row["plan_ms"], "split_points": b.split_points}
-            rows.append(row)
+    for schedule, k in CONFIGS:
+        q = plan_graph(graph, k=k, microbatches=MICRO, schedule=schedule, batch=BATCH, time_limit=30)
+        q.model_spec = spec
+        row: dict[str, Any] = {"schedule": schedule, "ranks": k, "status": q.status, "gap": q.gap,
+                               "stages": q.num_stages, "plan_ms": q.step_ms(), "split_points": q.split_points}
+        for name, stage_of in splits(q).items():
+            b = with_stages(q, stage_of, name)
+            row[name] = {"ms": b.step_ms(), "ratio": b.step_ms() / row["plan_ms"], "split_points": b.split_points}
+        rows.append(row)
     return rows
 
 
-def measured(graph: Any, spec: str, rounds: int, steps: int) -> dict[str, Any]:
-    """At 2 ranks, 1F1B: each distinct split run under torchrun ``rounds`` times, in turns."""
+def measured(graph: Any, spec: str, rounds: int, steps: int, ranks: int = 2) -> dict[str, Any]:
+    """At ``ranks`` ranks, 1F1B: each distinct split run under torchrun ``rounds`` times, in turns."""
     from devplace_lite.pipeline.planner import plan_graph, with_stages
     from devplace_lite.pipeline.torchrun import launch
 
-    q = plan_graph(graph, k=2, microbatches=MICRO, schedule="1f1b", batch=BATCH, time_limit=30)
+    q = plan_graph(graph, k=ranks, microbatches=MICRO, schedule="1f1b", batch=BATCH, time_limit=30)
     q.model_spec = spec
     plans = {"plan": q, **{n: with_stages(q, s, n) for n, s in splits(q).items()}}
     same = {n: next(m for m in plans if plans[m].stage_of == p.stage_of) for n, p in plans.items()}
@@ -146,7 +146,7 @@ def capped(graph: Any, share: float) -> dict[str, Any]:
     return row
 
 
-def case(name: str, rounds: int, steps: int, share: float, repeats: int) -> dict[str, Any]:
+def case(name: str, rounds: int, steps: int, share: float, repeats: int, ranks: int = 2) -> dict[str, Any]:
     from devplace_lite.pipeline.planner import plan
     from devplace_lite.zoo import external, load
 
@@ -159,24 +159,24 @@ def case(name: str, rounds: int, steps: int, share: float, repeats: int) -> dict
     row["forecast"] = forecast(p.graph, spec)
     row["capped"] = capped(p.graph, share)
     if rounds:
-        row["measured"] = measured(p.graph, spec, rounds, steps)
+        row["measured"] = measured(p.graph, spec, rounds, steps, ranks)
+        row["measured_ranks"] = ranks
     row["load_after"] = _load_avg()
     return row
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """One line per decoder and schedule: the forecast step of each baseline over the plan's
-    at 2, 4 and 8 ranks, and (1F1B) the measured ratios at 2 ranks."""
-    head = ("| model | schedule | " + " | ".join(f"{b} k={k}" for b in BASELINES for k in RANKS)
-            + " | measured k=2 (" + ", ".join(BASELINES) + ") |")
-    lines = [head, "| --- | --- | " + " | ".join("---:" for _ in BASELINES for _ in RANKS) + " | --- |"]
+    """One line per decoder, schedule and rank count: the plan's status and forecast step, each
+    baseline's forecast over the plan's, and at the measured rank count under 1F1B the measured ratios."""
+    lines = ["| model | schedule | ranks | plan | plan step ms | " + " | ".join(BASELINES)
+             + " | measured: " + ", ".join(BASELINES) + " |",
+             "| --- | --- | ---: | --- | ---: | " + " | ".join("---:" for _ in BASELINES) + " | --- |"]
     for r in rows:
-        for schedule in SCHEDULES:
-            by_k = {f["ranks"]: f for f in r["forecast"] if f["schedule"] == schedule}
-            cells = [f"{by_k[k][b]['ratio']:.2f}" if k in by_k else "-" for b in BASELINES for k in RANKS]
-            m = r.get("measured") if schedule == "1f1b" else None
+        for f in r["forecast"]:
+            m = r.get("measured") if (f["schedule"], f["ranks"]) == ("1f1b", r.get("measured_ranks")) else None
             meas = ", ".join(f"{m[b]['ratio']:.2f}" for b in BASELINES) if m else ""
-            lines.append(f"| {r['model']} | {schedule} | " + " | ".join(cells) + f" | {meas} |")
+            lines.append(f"| {r['model']} | {f['schedule']} | {f['ranks']} | {f['status']} | {f['plan_ms']:.1f} | "
+                         + " | ".join(f"{f[b]['ratio']:.2f}" for b in BASELINES) + f" | {meas} |")
     return "\n".join(lines)
 
 
@@ -192,7 +192,8 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     meas = [r["measured"][b]["ratio"] for r in rows if "measured" in r for b in BASELINES
             if r["measured"][b]["same_as"] != "plan"]
     if meas:
-        out.append(f"measured at 2 ranks (CPU-time replay, median of the rounds), splits that differ from the plan's: "
+        out.append(f"measured at {rows[0]['measured_ranks']} ranks (CPU-time replay, median of the rounds), splits that "
+                   "differ from the plan's: "
                    f"{len(meas)}, ratios {min(meas):.2f}-{max(meas):.2f}, median {statistics.median(meas):.2f}, "
                    f"{sum(x < 1 for x in meas)} below 1")
     caps = [r["capped"] for r in rows]
@@ -203,6 +204,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from devplace_lite.pipeline.resources import device_name
     from devplace_lite.zoo import external
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -211,18 +213,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3, help="measurement rounds of the profile")
     ap.add_argument("--cap", type=float, default=0.8, help="memory cap as a share of torchtitan's largest stage")
+    ap.add_argument("--measure-ranks", type=int, default=2, help="ranks of the measured runs (1F1B); other than 2, "
+                    "the results go to baselines_kN.json and BASELINES_kN.md")
     args = ap.parse_args(argv)
+    suffix = "" if args.measure_ranks == 2 else f"_k{args.measure_ranks}"
+    results, page = RESULTS.with_stem(RESULTS.stem + suffix), PAGE.with_stem(PAGE.stem + suffix)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows = []
-    for name in args.models:
-        rows.append(case(name, args.rounds, args.steps, args.cap, args.repeats))
-        print(table(rows[-1:]).splitlines()[-2], flush=True)
-    meta = {"command": "python -m benchmarks.decoders.baselines " + shlex.join(argv or sys.argv[1:]),
-            "started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()}, {platform.processor() or '?'}, Python {platform.python_version()}",
-            "layers": LAYERS, "batch": BATCH, "microbatches": MICRO, "summary": summary(rows)}
-    RESULTS.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    PAGE.write_text(_page(meta, rows))
+    for name in args.models:  # written after each model: a long run stopped early keeps what it measured
+        rows.append(case(name, args.rounds, args.steps, args.cap, args.repeats, args.measure_ranks))
+        print("\n".join(table(rows[-1:]).splitlines()[2:]), flush=True)
+        meta = {"command": "python -m benchmarks.decoders.baselines " + shlex.join(argv or sys.argv[1:]),
+                "started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "machine": f"{device_name('cpu')}, Python {platform.python_version()}",
+                "layers": LAYERS, "batch": BATCH, "microbatches": MICRO, "summary": summary(rows),
+                "models": f"{len(rows)} of {len(args.models)}"}
+        results.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        page.write_text(_page(meta, rows))
     print("\n".join(meta["summary"]))
     return 0
 
@@ -230,10 +237,11 @@ def main(argv: list[str] | None = None) -> int:
 def _page(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     doc = __doc__.split("\n\n    python")[0]
     return (f"# Decoders: the plan's split against torchtitan's and DeepSpeed's\n\n{doc}\n\n"
-            f"Command: `{meta['command']}`, {meta['started']} to {meta['finished']}, on {meta['machine']}; "
+            f"Command: `{meta['command']}`, {meta['started']} to {meta['finished']} ({meta['models']} models), "
+            f"on {meta['machine']}; "
             f"load averages before and after each model are in `baselines.json`.\n\n"
-            "Each cell: the baseline's step over the plan's (1.00: the same step; above 1: slower). "
-            "'-': torchtitan cannot make that many stages of these layers.\n\n"
+            "Each baseline's cell: its step over the plan's (1.00: the same step; above 1: slower); the "
+            "plan's status says whether its split is proven the best.\n\n"
             + table(rows) + "\n\n" + "\n".join(f"- {s}" for s in meta["summary"]) + "\n")
 
 
