@@ -310,14 +310,13 @@ register(id="08.6", name="my_1f1b_forecast", title="a schedule's forecast: step 
 # -- 08.7  torchtitan's default split of a decoder -----------------------------------------------------
 
 
-def torchtitan_layers(layers: int, stages: int) -> list[int]:
+def torchtitan_layers(layers: int, stages: int) -> np.ndarray:
     """Layers on each stage of torchtitan's default split (`torchtitan_split`): the embedding and
     the head each weighed as one layer."""
     from ...pipeline.planner import torchtitan_split
 
     names = ["embed"] + [f"layers.{i}" for i in range(layers)] + ["head"]
-    split = torchtitan_split(names, stages)[1:-1]
-    return [split.count(s) for s in range(stages)]
+    return np.bincount(torchtitan_split(names, stages)[1:-1], minlength=stages)
 
 
 def _torchtitan_cases(rng: np.random.Generator, i: int) -> Case:
@@ -337,9 +336,9 @@ def _torchtitan_slips(case: Case) -> list:
     late = [per + (s >= stages - extra) for s in range(stages)]
     late[0] -= 1
     late[-1] -= 1
-    return [(even, "that deals the layers out evenly and forgets that the first stage also runs the embedding and "
+    return [(np.asarray(even), "that deals the layers out evenly and forgets that the first stage also runs the embedding and "
                    "the last the norm and the head, each weighed as a layer"),
-            (late, "the stages that get one layer's worth more are the first ones, not the last")]
+            (np.asarray(late), "the stages that get one layer's worth more are the first ones, not the last")]
 
 
 register(id="08.7", name="my_torchtitan_layers", title="torchtitan's default split of a decoder LM",
