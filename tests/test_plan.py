@@ -246,7 +246,7 @@ def test_cli_plans_and_runs_a_model_export_cannot_capture(tmp_path, capsys, on_p
     (["gpt", "-k", "2", "--batch", "6", "--microbatches", "4"],
      "a batch of 6 does not split into 4 equal micro-batches: give --microbatches a divisor of 6, or --batch a "
      "multiple of 4"),
-    (["gpt", "-k", "2", "--check"], "need --run"),
+    (["gpt", "-k", "2", "--check"], "--check needs --run"),
 ])
 def test_cli_bad_input_is_one_line_and_status_2(capsys, tmp_path, argv, words):
     code, out, err = _cli(capsys, "plan", *argv, "--out", tmp_path / "p")

@@ -194,8 +194,8 @@ def _validate(args: argparse.Namespace) -> None:
     if args.batch is not None and args.microbatches not in (None, "auto") and args.batch % args.microbatches:
         raise UsageError(_indivisible(args.batch, args.microbatches))
     if args.check and not args.run:
-        raise UsageError("--check and --nodes need --run (--nodes also runs under --calibrate, whose runs are not "
-                         "checked)")
+        raise UsageError("--check needs --run: it checks the run against the unsplit model (--calibrate's runs are "
+                         "not checked)")
     if args.nodes > 1 and not (args.run or args.calibrate):
         raise UsageError("--nodes needs --run (or --calibrate)")
     if not args.folder:  # Path("") is ".": the plan's files would land in the current folder unasked
