@@ -8,7 +8,7 @@ CHAPTERS  := $(sort $(wildcard chapters/[0-9][0-9]_*.md))
 NOTEBOOKS := $(patsubst chapters/%.md,build/notebooks/%.ipynb,$(CHAPTERS))
 JOBS   ?= 2
 
-.PHONY: install test test-unit test-chapters book notebooks pdf reference lab data bench student student-book test-student test-book clean
+.PHONY: install titan test test-unit test-chapters book notebooks pdf reference lab data bench student student-book test-student test-book clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,12 +27,21 @@ $(AOT): $(STAMP) devplace_lite/compiled.py devplace_lite/throughput/dp.py devpla
 
 install: $(STAMP) $(AOT)
 
+# torchtitan (the extra titan, with the triton it imports): the tests hand it a plan. Not in `all`,
+# so that `make book` on a laptop leaves its few hundred MB out.
+TITAN := $(VENV)/.titan-stamp
+$(TITAN): $(STAMP)
+	$(PIP) install -q -c constraints.txt -e ".[titan]"
+	touch $@
+
+titan: $(TITAN)
+
 build/notebooks/%.ipynb: chapters/%.md $(STAMP)
 	@mkdir -p build/notebooks
 	$(BIN)/jupytext --quiet --to ipynb --output $@ $<
 
 # Unit, property, CLI tests and every chapter (FAST mode), two workers.
-test: $(STAMP) $(AOT) $(NOTEBOOKS)
+test: $(STAMP) $(AOT) $(TITAN) $(NOTEBOOKS)
 	DEVPLACE_FAST=1 MPLBACKEND=Agg $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests $(NOTEBOOKS) --nbval-lax --nbval-current-env -p no:cacheprovider
 
 test-unit: $(STAMP)

@@ -1,5 +1,5 @@
 """The splits practitioners run by default, reproduced on a model's segments: torchtitan's
-(`devplace_lite.pipeline.planner.torchtitan_split`) against the module names torchtitan 0.3.0's
+(`devplace_lite.pipeline.titan.torchtitan_split`) against the module names torchtitan 0.3.0's
 own ``generate_llm_fqn_per_model_part`` returns (recorded from that release, run on this
 machine), and the properties any such split must have."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devplace_lite.errors import UsageError
-from devplace_lite.pipeline.planner import layer_stack, torchtitan_split
+from devplace_lite.pipeline.titan import layer_stack, torchtitan_split
 
 
 def _names(layers: int) -> list[str]:

@@ -79,7 +79,8 @@ def splits(q: Any) -> dict[str, list[int]]:
     import math
 
     from devplace_lite.devices import Cluster
-    from devplace_lite.pipeline.planner import method_split, torchtitan_split
+    from devplace_lite.pipeline.planner import method_split
+    from devplace_lite.pipeline.titan import torchtitan_split
 
     stages = q.k * q.per_rank
     wide = dataclasses.replace(q, cluster=Cluster(accelerators=stages, cpus=0, memory=math.inf))
@@ -130,7 +131,8 @@ def capped(graph: Any, share: float) -> dict[str, Any]:
     """At 4 ranks, 1F1B, a memory cap of ``share`` times the torchtitan split's largest stage
     peak: whether that split fits, and what the plan does under the cap."""
     from devplace_lite.errors import GraphError
-    from devplace_lite.pipeline.planner import plan_graph, torchtitan_split, with_stages
+    from devplace_lite.pipeline.planner import plan_graph, with_stages
+    from devplace_lite.pipeline.titan import torchtitan_split
 
     q = plan_graph(graph, k=4, microbatches=MICRO, schedule="1f1b", batch=BATCH, time_limit=30)
     tt = with_stages(q, torchtitan_split(q.names, 4), "torchtitan")

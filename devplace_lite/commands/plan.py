@@ -4,7 +4,8 @@
 
     devplace plan MODEL -k K [--schedule S] [--stages-per-rank V] [--microbatches M] [--batch B] [--memory BYTES]
                   [--recompute auto|never] [--optimizer none|sgd|adam] [--inference] [--granularity block|layer]
-                  [--method auto|M] [--time-limit S] [--out DIR] [--run [--nodes N] [--check]] [--calibrate] [--json]
+                  [--method auto|M] [--time-limit S] [--out DIR] [--run [--nodes N] [--check]] [--calibrate]
+                  [--emit torchtitan FILE] [--json]
 
 MODEL is a zoo name or ``module:function`` returning ``(model, example inputs of the whole
 batch)`` (called with ``batch=`` and ``seed=`` when it takes them), e.g.
@@ -56,6 +57,13 @@ each stage's forward, backward, input- and weight-gradient times by measured / f
 with them, runs again, reports the per-stage forecast error before and after, and keeps the
 plan whose forecast was nearer its run (it says which).
 
+``--emit torchtitan FILE`` also writes the plan as torchtitan's job config (TOML, read by its
+``ConfigManager`` with ``--job.config_file FILE``; `devplace_lite.pipeline.titan`): the
+pipeline degree, the schedule, the micro-batch size and the module names of each stage
+(``module_fqns_per_model_part``), from which torchtitan's own split function builds the plan's
+stages. Its names are torchtitan's: a torchtitan model's own, or a Hugging Face causal LM's as
+torchtitan's Hugging Face backend names them.
+
 Errors (one line, exit status 2): a spec that gives no model and example inputs, numbers out
 of range, a model neither torch.export nor torch.fx captures (naming module and line), no plan
 within the memory. torch is imported only when the command runs.
@@ -85,6 +93,7 @@ importable, as with python -m. Examples:
   devplace plan gpt -k 2 --out build/plan
   devplace plan mynet:build -k 2 --out build/plan   # def build(batch=8, seed=0) in ./mynet.py
   devplace plan devplace_lite.zoo.external:gpt2 -k 2 --inference --out build/gpt2-plan
+  devplace plan devplace_lite.zoo.external:llama -k 2 --emit torchtitan build/llama.toml
 
 """
 
@@ -175,6 +184,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time segments by this GPU's roofline (FLOPs and bytes of each kernel; deterministic) "
                              "instead of measuring them here")
     parser.add_argument("--timeout", type=options.SECONDS, default=600.0, help="seconds for each torchrun, > 0 (default 600)")
+    parser.add_argument("--emit", nargs=2, metavar=("FORMAT", "FILE"),
+                        help="also write the plan for a trainer: 'torchtitan FILE' writes torchtitan's job config "
+                             "(TOML: pipeline degree, schedule, micro-batch size, each stage's module names)")
     parser.add_argument("--json", action="store_true", help="print the answer as one JSON object")
 
 
@@ -198,6 +210,14 @@ def _validate(args: argparse.Namespace) -> None:
                          "not checked)")
     if args.nodes > 1 and not (args.run or args.calibrate):
         raise UsageError("--nodes needs --run (or --calibrate)")
+    if args.emit is not None:
+        from ..files import check_output
+
+        if args.emit[0] != "torchtitan":
+            raise UsageError(f"--emit {args.emit[0]}: unknown format; the one known is torchtitan (--emit torchtitan FILE)")
+        if args.inference:
+            raise UsageError("--emit torchtitan: torchtitan trains, and --inference plans inference; leave one out")
+        check_output(args.emit[1])
     if not args.folder:  # Path("") is ".": the plan's files would land in the current folder unasked
         raise UsageError("--out: an empty name; name a folder for the plan's files")
     if os.path.lexists(args.folder) and not os.path.isdir(args.folder):
@@ -225,6 +245,8 @@ def command_line(args: argparse.Namespace) -> str:
         words += ["--spec", args.spec]
     words += [f for f, on in (("--inference", args.inference), ("--run", args.run), ("--check", args.check),
                               ("--calibrate", args.calibrate)) if on]
+    if args.emit is not None:
+        words += ["--emit", *args.emit]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -273,12 +295,19 @@ def run(args: argparse.Namespace) -> int:
                          f"{args.accelerators}, {args.schedule}): give -k 2 or more")
     if args.check and args.accelerators > 1:
         p.notes.append("--check: planned over 2 ranks or more, so that the run it checks is split")
+    emitted = None if args.emit is None else _torchtitan_job(p, model, args)  # refused before anything is written
     paths = p.write(args.folder)
+    if emitted is not None:
+        from ..files import write_text_atomic
+
+        write_text_atomic(args.emit[1], emitted.pop("text"))
     answer: dict[str, Any] = {"command": command_line(args), **p.to_json(),
                               "files": {k: str(v) for k, v in paths.items()},
                               "torchrun": f"torchrun --nproc-per-node {p.ranks} {paths['script']}"}
     if tried is not None:
         answer["schedule_auto"] = tried
+    if emitted is not None:
+        answer["emitted"] = emitted
     if args.run:
         answer["run"] = launch(paths["plan"], nodes=args.nodes, steps=args.steps, check=args.check,
                                timeout=args.timeout, device=args.device)
@@ -297,6 +326,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"devplace: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def _torchtitan_job(p: Any, model: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The plan as torchtitan's job config: its TOML text, its path and its stages' module names."""
+    from ..pipeline.titan import job_config, to_toml
+
+    config = job_config(p, model)
+    header = [f"torchtitan job config written by {command_line(args)}",
+              f"read it with --job.config_file {args.emit[1]}, or copy its sections into your own job config"]
+    return {"format": "torchtitan", "file": args.emit[1], "text": to_toml(config, header),
+            "module_fqns_per_model_part": config["parallelism"]["module_fqns_per_model_part"]}
 
 
 def _print(a: dict[str, Any]) -> None:
@@ -329,6 +369,10 @@ def _print(a: dict[str, Any]) -> None:
     f = a["files"]
     print(f"wrote {f['plan']} (the plan), {f['graph']} (the segments' graph) and {f['script']}; "
           f"run: {a['torchrun']}")
+    if "emitted" in a:
+        e = a["emitted"]
+        print(f"wrote {e['file']} (torchtitan job config), stages' modules: "
+              + " | ".join(", ".join(part) for part in e["module_fqns_per_model_part"]))
     if "run" in a:
         r = a["run"]
         meas = ", ".join(f"{x:.2f}" for x in r["stage_cpu_ms"])

@@ -14,6 +14,8 @@
   and the probe of what a message costs on this machine, which a plan for a run prices (`planner.message_price`);
 * `torchrun` — the one runner: a plan's script under ``torchrun``, one process per rank, on
   one machine or several, with per-stage CPU times, memory and an exactness check;
+* `titan` — torchtitan's default split of a decoder LM, and a plan as torchtitan's job config
+  (``devplace plan --emit torchtitan``);
 * `resources` — how many ranks this machine can host (no torch needed on CPU);
 * `profile` — beside the road: the FLOP/bytes cost model that makes the layer- and
   operator-level graphs the partitioning chapters study (``devplace profile``, ``data/graphs``),
@@ -35,6 +37,7 @@ _WHERE = {
     "PipelinePlan": "planner", "plan": "planner", "plan_graph": "planner", "calibrate": "planner",
     "with_method": "planner", "with_stages": "planner", "even_split": "planner", "segment_profile": "planner",
     "launch": "torchrun", "ActivationMeter": "torchrun", "message_price": "planner",
+    "torchtitan_split": "titan", "job_config": "titan",
     "available_devices": "resources", "check_resources": "resources", "device_name": "resources",
 }
 

@@ -963,61 +963,6 @@ def even_split(graph: Graph, k: int) -> list[int]:
     return [min(k - 1, i * k // n) for i in range(n)]
 
 
-def layer_stack(names: Sequence[str]) -> list[int]:
-    """The segments that are the model's stack of layers: those named ``PREFIX.N`` by the prefix
-    most of them share (``model.model.layers.0`` .. ``.31``), in order; empty when none are.
-
-    >>> layer_stack(["model", "model.layers.0", "model.layers.1", "model.layers.2", "model.lm_head"])
-    [1, 2, 3]
-    """
-    import collections
-    import re
-
-    prefix = {i: m.group(1) for i, nm in enumerate(names) if (m := re.fullmatch(r"(.+)\.\d+", nm))}
-    if not prefix:
-        return []
-    stack = collections.Counter(prefix.values()).most_common(1)[0][0]
-    return [i for i, p in prefix.items() if p == stack]
-
-
-def torchtitan_split(names: Sequence[str], stages: int, input_weight: int = 1, output_weight: int = 1) -> list[int]:
-    """Stage of each segment in torchtitan's default split of a decoder LM
-    (``generate_llm_fqn_per_model_part``, torchtitan 0.3): the layers dealt out evenly, with the
-    modules before the stack of layers (the embedding) counted as ``input_weight`` layers on
-    the first stage and those after it (the final norm and the output head) as
-    ``output_weight`` layers on the last; a stage's share of the remainder goes to the first
-    stages. What a torchtitan user runs unless they write the module names of each stage.
-
-    Raises
-    ------
-    UsageError
-        No stack of layers among the segments, or more stages than torchtitan allows (each
-        stage holds at least one layer's worth, and the weights fit in a stage's share).
-
-    >>> torchtitan_split(["embed", "layers.0", "layers.1", "layers.2", "layers.3", "head"], 2)
-    [0, 0, 0, 1, 1, 1]
-    """
-    layers = layer_stack(names)
-    if not layers:
-        raise UsageError("torchtitan's split deals out a stack of layers, and these segments have none")
-    effective = len(layers) + input_weight + output_weight
-    per, extra = divmod(effective, stages)
-    if per == 0 or input_weight > per or output_weight > per:
-        raise UsageError(f"torchtitan's split cannot make {stages} stages of {len(layers)} layers (with the input "
-                         f"and output weighed as {input_weight} and {output_weight}): each stage needs a layer's worth")
-    share = [per + (s < extra) for s in range(stages)]
-    share[0] -= input_weight
-    share[-1] -= output_weight
-    layer_stage = [s for s, n in enumerate(share) for _ in range(n)][: len(layers)]
-    layer_stage += [stages - 1] * (len(layers) - len(layer_stage))  # torchtitan leaves no layer out
-    out, stage = [], 0
-    of = dict(zip(layers, layer_stage))
-    for i in range(len(names)):  # a segment inside the stack that is no layer goes with the layer before it
-        stage = stages - 1 if i > layers[-1] else of.get(i, stage)
-        out.append(stage)
-    return out
-
-
 def stage_assignment(plan_: PipelinePlan, stage_of: Sequence[int]) -> np.ndarray:
     """Device index of every node of the plan's chain graph for a segment -> stage list."""
     names = plan_.names

@@ -119,14 +119,14 @@ def torchvision_tolerated(spec: str):
         raise UsageError(f"model spec {spec}: {why}") from None
 
 
-def _require(name: str):
+def _require(name: str, extra: str = "models"):
     try:
         with warnings.catch_warnings():  # tqdm.auto, imported by transformers, in a notebook without ipywidgets
             warnings.filterwarnings("ignore", message=TQDM_NO_WIDGETS)
             return importlib.import_module(name)
     except ImportError as e:
         raise UsageError(f"model needs the package {name} ({e}); install the extra: pip install "
-                         f"'devplace_lite[models]'") from None
+                         f"'devplace_lite[{extra}]'") from None
 
 
 def _image(batch: int, size: int, seed: int) -> tuple[torch.Tensor]:
@@ -345,6 +345,26 @@ def qwen3_moe(batch: int = 4, seed: int = 0, layers: int = 4):
 def mamba(batch: int = 4, seed: int = 0, layers: int = 4):
     """Mamba: selective state-space blocks (no attention), the sequential scan of its slow path."""
     return decoder("MambaConfig", "MambaForCausalLM", batch, seed, layers, state_size=8, expand=2, conv_kernel=4)
+
+
+def torchtitan_llama3(batch: int = 8, seed: int = 0, layers: int = 4):
+    """torchtitan's own Llama 3 (its ``debugmodel``, narrowed to width 64, 4 heads and a 512-token
+    vocabulary; 16 tokens): the model a torchtitan user trains, named as torchtitan names it
+    (``tok_embeddings``, ``layers.N``, ``norm``, ``output``), its weights from torchtitan's own
+    ``init_weights``. Needs the extra ``titan`` (`devplace_lite.pipeline.titan`)."""
+    import dataclasses
+
+    _require("torchtitan", extra="titan")
+    from torchtitan.models.llama3 import llama3_args
+    from torchtitan.models.llama3.model.model import Transformer
+
+    args = dataclasses.replace(llama3_args["debugmodel"], dim=64, n_layers=layers, n_heads=4, vocab_size=512,
+                               max_seq_len=64)
+    torch.manual_seed(seed)
+    model = Transformer(args)
+    with torch.no_grad():  # torchtitan initialises in place, its parameters being leaves
+        model.init_weights()
+    return model, (_tokens(batch, 16, 512, seed),)
 
 
 def get(name: str):

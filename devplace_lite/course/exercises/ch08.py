@@ -3,7 +3,7 @@ torchtitan's default split of a decoder.
 
 Torch-free on purpose (the chapter's pipeline imports torch): 08.2 is checked against
 `devplace_lite.cost.chain_order`, the order in which a chain split's stages run; 08.7 against
-`devplace_lite.pipeline.planner.torchtitan_split`, which imports no torch either.
+`devplace_lite.pipeline.titan.torchtitan_split`, which imports no torch either.
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ register(id="08.6", name="my_1f1b_forecast", title="a schedule's forecast: step 
 def torchtitan_layers(layers: int, stages: int) -> np.ndarray:
     """Layers on each stage of torchtitan's default split (`torchtitan_split`): the embedding and
     the head each weighed as one layer."""
-    from ...pipeline.planner import torchtitan_split
+    from ...pipeline.titan import torchtitan_split
 
     names = ["embed"] + [f"layers.{i}" for i in range(layers)] + ["head"]
     return np.bincount(torchtitan_split(names, stages)[1:-1], minlength=stages)
