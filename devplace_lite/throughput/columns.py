@@ -99,9 +99,10 @@ PRICE_SHARE = 0.25
 #: Relative gap at which a pricing MIP stops: its dual bound then weakens the Farley bound by
 #: that much at most, far below the 1 % a caller asks for.
 PRICE_GAP = 1e-3
-#: With ``gap=0``, the relative gap of the first guess: a cheap guess certifies the incumbent
-#: within 1 % before the guess just below it, whose branching can take the whole time limit.
-PROBE = 0.01
+#: With ``gap=0``, the relative gap of the first guess: refuted, it certifies the incumbent
+#: within 1 % (with room for rounding) before the guess just below it, whose branching can take
+#: the whole time limit.
+PROBE = 0.009
 
 
 class _Parts:
