@@ -280,13 +280,13 @@ def provenance(source: str, root: Path = ROOT) -> str:
     its README says the rest), e.g. ``"x86_64, 2 cores; 2026-11-23; load 1.4-2.0"``."""
     obj = _load(root, f"{source}/results.json")
     meta = obj.get("meta") or {}
+    summary = obj.get("summary") or {}
     mach = obj.get("machine") or meta.get("machine") or (obj.get("summary") or {}).get("machine")
     if isinstance(mach, dict):
         mach = ", ".join(str(x) for x in (mach.get("machine"), f"{mach['cpus']} cores" if mach.get("cpus") else None,
                                           f"torch {mach['torch']}" if mach.get("torch") else None) if x)
     elif mach and (obj.get("cpus") or summary.get("cores")):
         mach = f"{mach}, {obj.get('cpus') or summary['cores']} cores"
-    summary = obj.get("summary") or {}
     date = obj.get("date") or meta.get("date") or summary.get("date")
     loads = [x for x in (obj.get("load_average_before_after") or []) if x is not None]
     loads += [r[k] for r in obj.get("rows", []) if isinstance(r, dict) for k in ("load_before", "load_after", "load")
