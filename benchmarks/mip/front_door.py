@@ -60,6 +60,10 @@ def run_one(path: Path, k: int, limit: float) -> dict:
     return row
 
 
+def _gap(r: dict) -> str:
+    return "error" if "error" in r else "no bound" if r.get("gap") is None else f"gap {100 * r['gap']:.2f} %"
+
+
 def table(res: dict) -> str:
     rows = res["rows"]
     loads = [x for r in rows for x in (r["load_before"], r["load_after"])]
@@ -69,7 +73,11 @@ def table(res: dict) -> str:
              f"one-minute load average {min(loads):.1f}-{max(loads):.1f} during the run (other jobs shared the "
              "machine: the limit is wall time, the CPU column is what it bought).", "",
              f"Within {100 * TARGET:g} % on {len(met)} of {len(rows)} (graph, k) pairs; wall time at most "
-             f"{max(r['wall'] for r in rows):.1f} s (the limit is {res['time_limit']:g} s).", "",
+             f"{max(r['wall'] for r in rows):.1f} s (the limit is {res['time_limit']:g} s), over the limit on "
+             f"{sum(r['wall'] > res['time_limit'] for r in rows)}.", "",
+             "Missed: " + ("; ".join(f"{r['graph']} k = {r['k']} ({_gap(r)} with {r['cpu']:.1f} s of CPU at load "
+                                     f"{r['load_before']:.0f}-{r['load_after']:.0f})"
+                                     for r in rows if not r.get("within_target")) or "none") + ".", "",
              "| graph | k | status | objective | bound | gap | within 1 % | wall s | CPU s | load | columns bound | "
              "columns s | enumerated |",
              "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]

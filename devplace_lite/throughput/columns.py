@@ -40,7 +40,9 @@ Pricing, two ways:
   their loads follow from prefix sums), then a pricing MIP (HiGHS) over one part: binaries
   ``s_u``, the convexity rows of the device IP for one device, comm ``y_p >= |s_a - s_b|`` per
   producer-consumer pair, ``load <= T``. Its *dual bound* is ``a``, so a pricing stopped by its
-  time limit still gives a valid (weaker) bound. The root LP only: no branching.
+  time limit still gives a valid (weaker) bound; each pricing MIP gets `PRICE_SHARE` of the
+  time left (all of it after a slice that found no column), so that one hard pricing problem
+  does not take the caller's whole deadline. The root LP only: no branching.
 
 The bound on ``T*`` is the largest refuted ``T``: first ``(1 - gap) UB`` (enough to certify the
 incumbent ``UB`` within ``gap``; `PROBE` when no gap is asked), then ``UB`` less `NEAR` (which

@@ -52,9 +52,10 @@ the bound is the larger of the solver's and ``max(largest unit, total work / dev
 The contiguous flavour is first bounded by column generation over convex parts (``columns``,
 on by default there; `devplace_lite.throughput.columns`: no device labels, every part pays its
 own transfers), which usually proves the start within the gap by itself; its bound is
-otherwise a row on ``T``. With ``dp_cut=True`` the chain flavour also takes the DP's proven optimum as a row on ``T``:
-the relaxation alone stays far below it on many identical devices (75 % on ResNet-50 layers
-with k = 8 after 60 s), and the DP proves the same model's optimum in milliseconds.
+otherwise a row on ``T``. With ``dp_cut=True`` the chain flavour also takes the DP's proven
+optimum as a row on ``T``: the relaxation alone stays far below it on many identical devices
+(75 % on ResNet-50 layers with k = 8 after 60 s), and the DP proves the same model's optimum
+in milliseconds.
 
 Complexity: NP-hard in general; the model has ``U D`` binaries (``U S`` and ``S`` for the
 chain), ``2 m k`` comm rows and ``(n + 2m) D`` contiguity rows; solve times are measured in
