@@ -121,12 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the authors' layer graphs are not on this machine ({LAYERS})", file=sys.stderr)
         return 2
     only = set(args.only.split(",")) if args.only else None
-    old = read_json(out)["rows"] if out.exists() and only else []
-    rows = [r for r in old if r["graph"] not in only] if only else []
-    res = {"command": "python -m benchmarks.mip.front_door" + (f" --only {args.only}" if only else "")
-           + (f" --time-limit {args.time_limit:g}" if args.time_limit != 60 else ""),
+    old = read_json(out) if out.exists() and only else {"rows": []}
+    rows = [r for r in old["rows"] if r["graph"] not in only] if only else []
+    command = ("python -m benchmarks.mip.front_door" + (f" --only {args.only}" if only else "")
+               + (f" --time-limit {args.time_limit:g}" if args.time_limit != 60 else ""))
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    res = {"command": f"{old['command']}; then {command}" if old["rows"] else command,  # the runs the rows come from
            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "time_limit": args.time_limit, "rows": rows}
+           "date": f"{old['date']}; then {date}" if old["rows"] else date, "time_limit": args.time_limit, "rows": rows}
     for path in sorted(LAYERS.glob("*.json")):
         if only is not None and path.stem not in only:
             continue
