@@ -63,8 +63,11 @@ BOUND_SHARE = 0.2
 #: wall time on a busy machine, and the latency searches gain little in their last seconds.
 LATENCY_BOUND_TIME = 15.0
 LATENCY_BOUND_SHARE = 0.25
-#: The share of the time limit (at most one second) kept for the answer and the caller's exit.
+#: The share of the time limit (at most `EXIT_MAX` seconds) kept for the answer and the caller's exit.
 EXIT_SHARE = 0.1
+#: Seconds at most of that share: a command's interpreter takes about a second to shut down after
+#: a solver ran, two or three on a busy machine (measured for ``devplace partition``, issue 42).
+EXIT_MAX = 2.5
 #: Seconds a method gets at least, however little of the time limit is left.
 MIN_SLICE = 0.01
 #: Seconds past its own limit after which a certifying bound is stopped from outside.
@@ -84,11 +87,11 @@ class Budget:
     started: float = field(default_factory=time.monotonic)
 
     def left(self) -> float | None:
-        """Seconds left (None: no limit), less `EXIT_SHARE` of the limit (at most a second) kept
+        """Seconds left (None: no limit), less `EXIT_SHARE` of the limit (at most `EXIT_MAX`) kept
         for the answer; never below `MIN_SLICE`."""
         if self.limit is None:
             return None
-        keep = min(EXIT_SHARE * self.limit, 1.0)
+        keep = min(EXIT_SHARE * self.limit, EXIT_MAX)
         return max(self.limit - keep - (time.monotonic() - self.started), MIN_SLICE)
 
     def spent(self) -> bool:

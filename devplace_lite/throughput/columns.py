@@ -40,11 +40,13 @@ Pricing, two ways:
   their loads follow from prefix sums), then a pricing MIP (HiGHS) over one part: binaries
   ``s_u``, the convexity rows of the device IP for one device, comm ``y_p >= |s_a - s_b|`` per
   producer-consumer pair, ``load <= T``. Its *dual bound* is ``a``, so a pricing stopped by its
-  time limit still gives a valid (weaker) bound. The root LP only: no branching.
+  time limit still gives a valid (weaker) bound; each pricing MIP gets `PRICE_SHARE` of the
+  time left (all of it after a slice that found no column), so that one hard pricing problem
+  does not take the caller's whole deadline. The root LP only: no branching.
 
 The bound on ``T*`` is the largest refuted ``T``: first ``(1 - gap) UB`` (enough to certify the
-incumbent ``UB`` within ``gap``), then ``UB`` less `NEAR` (which proves it optimal), then a
-bisection while time is left.
+incumbent ``UB`` within ``gap``; `PROBE` when no gap is asked), then ``UB`` less `NEAR` (which
+proves it optimal), then a bisection while time is left.
 
 Complexity: per guess, as many LP re-solves as column batches; enumerated pricing is
 ``O(pairs)`` per round after an ``O(pairs P)`` table (``P`` producers; nested ideal pairs
@@ -93,6 +95,16 @@ FIT = 1e-12
 NEAR = 5e-10
 #: Columns taken from one round of interval pricing, per device type.
 BATCH = 30
+#: Share of the time left that one pricing MIP may take: stopped, its dual bound still bounds
+#: (a weaker Farley bound), and the LP gets the columns it found before the next round.
+PRICE_SHARE = 0.25
+#: Relative gap at which a pricing MIP stops: its dual bound then weakens the Farley bound by
+#: that much at most, far below the 1 % a caller asks for.
+PRICE_GAP = 1e-3
+#: With ``gap=0``, the relative gap of the first guess: refuted, it certifies the incumbent
+#: within 1 % (with room for rounding) before the guess just below it, whose branching can take
+#: the whole time limit.
+PROBE = 0.009
 
 
 class _Parts:
@@ -189,8 +201,10 @@ class _Intervals:
     def best(self, pi: np.ndarray, ok: np.ndarray, above: float, count: int) -> list[np.ndarray]:
         """Up to ``count`` feasible intervals (as unit arrays) whose duals sum above ``above``."""
         P = np.r_[0.0, np.cumsum(pi[self.order])]
-        value = np.where(ok, P[None, :] - P[:, None], -np.inf)
-        flat = np.argsort(value, axis=None)[::-1][:count]
+        value = np.where(ok, P[None, :] - P[:, None], -np.inf).ravel()
+        top = np.argpartition(value, len(value) - count)[-count:] if len(value) > count else np.arange(len(value))
+        flat = top[np.argsort(value[top])[::-1]]
+        value = value.reshape(ok.shape)
         out = []
         for f in flat.tolist():
             i, j = divmod(f, value.shape[1])
@@ -351,14 +365,15 @@ class _Pricing:
             m.add_row([(s[u], d.pa[u]) for u in range(U)] + [(y[r], parts.comm[r]) for r in range(len(y))], hi=T)
             if d.memory_binds:
                 m.add_row([(s[u], w) for u, w in enumerate(memory_share(d))], hi=1.0)
-        self.h = m.highs(gap=1e-4)
+        self.h = m.highs(gap=PRICE_GAP)
         self.h.setOptionValue("mip_abs_gap", 1e-6)
         self.idx = np.asarray(s, dtype=np.int32)
         self.highspy = highspy
 
-    def price(self, pi: np.ndarray, time_limit: float) -> tuple[float, np.ndarray | None]:
-        """``(a, S)``: ``a >=`` the largest ``pi(S)`` over the feasible sets (the MIP's dual
-        bound), ``S`` the best set found (units), or ``None``."""
+    def price(self, pi: np.ndarray, time_limit: float) -> tuple[float, np.ndarray | None, bool]:
+        """``(a, S, done)``: ``a >=`` the largest ``pi(S)`` over the feasible sets (the MIP's
+        dual bound), ``S`` the best set found (units) or ``None``, and whether the MIP ended
+        (within `PRICE_GAP`) rather than at its time limit."""
         h = self.h
         h.changeColsCost(len(self.idx), self.idx, -np.asarray(pi, dtype=float))
         h.setOptionValue("time_limit", max(0.05, float(time_limit)))
@@ -366,14 +381,14 @@ class _Pricing:
         info = h.getInfo()
         status = h.getModelStatus()
         if status == self.highspy.HighsModelStatus.kInfeasible:  # not even the empty set: cannot be
-            return 0.0, None
+            return 0.0, None, True
         dual = float(info.mip_dual_bound)
         a = -dual if math.isfinite(dual) else float(np.clip(pi, 0, None).sum())
         best = None
         if info.primal_solution_status == 2:
             v = np.array(h.getSolution().col_value)[self.idx]
             best = np.flatnonzero(v > 0.5)
-        return max(a, 0.0), best
+        return max(a, 0.0), best, status == self.highspy.HighsModelStatus.kOptimal
 
 
 class _Master:
@@ -557,7 +572,7 @@ def _root_only(parts: _Parts, T: float, deadline: float, k: int, l: int) -> tupl
                 i = j
     acc_price = _Pricing(parts, T, cpu=False)
     cpu_price = _Pricing(parts, T, cpu=True) if l else None
-    best = 0.0
+    best, share = 0.0, PRICE_SHARE
     while time.perf_counter() < deadline:
         value, pi, rho = master.solve()
         found = 0
@@ -569,8 +584,8 @@ def _root_only(parts: _Parts, T: float, deadline: float, k: int, l: int) -> tupl
                     found += parts.keep(master, members, True)
         if found:
             continue
-        a, S = acc_price.price(pi, deadline - time.perf_counter())
-        r, C = (cpu_price.price(pi, max(0.05, deadline - time.perf_counter())) if l else (0.0, None))
+        a, S, done = acc_price.price(pi, share * (deadline - time.perf_counter()))
+        r, C, cpu_done = cpu_price.price(pi, share * (deadline - time.perf_counter())) if l else (0.0, None, True)
         if a > 0:
             best = max(best, (pi.sum() - l * max(r, 0.0)) / a)
         if best > k * (1 + EPS) + EPS:
@@ -580,8 +595,10 @@ def _root_only(parts: _Parts, T: float, deadline: float, k: int, l: int) -> tupl
             added += parts.keep(master, S, False)
         if C is not None and l and pi[C].sum() > rho + EPS:
             added += parts.keep(master, C, True)
-        if not added:  # the LP is optimal over all columns (or pricing ran out of time)
+        if not added and done and cpu_done:  # the LP is optimal over all columns
             return False, best, None
+        if not added:  # pricing stopped at its slice without a column: give it the time left
+            share = 1.0
     return False, best, None
 
 
@@ -612,8 +629,9 @@ def column_bound(graph: Graph, cluster: Cluster, *, upper: float, lower: float =
     ----------
     upper : the max-load of a known contiguous split (the incumbent); guesses stay below it.
     lower : a bound already proven (returned when nothing better is refuted).
-    gap : the first guess is ``(1 - gap) upper``; once that is refuted and a guess just below
-        the incumbent was tried, a positive ``gap`` stops the search (0: bisect to the end).
+    gap : the first guess is ``(1 - gap) upper`` (``(1 - PROBE) upper`` for 0); once that is
+        refuted and a guess just below the incumbent was tried, a positive ``gap`` stops the
+        search (0: bisect to the end).
     time_limit : seconds for the whole call (``None``: until the bisection ends).
     enumerate_sets : price by enumerating the convex sets where the graph allows it (else the
         root LP with interval columns and MIP pricing everywhere; tests compare the two).
@@ -645,9 +663,10 @@ def column_bound(graph: Graph, cluster: Cluster, *, upper: float, lower: float =
     lo, hi, top = lower, upper, upper  # refuted, incumbent, least guess not refuted
     split = None
     near = False  # whether the guess just below the incumbent was tried
+    first = gap if gap > 0 else PROBE
     while time.perf_counter() < deadline:
-        if lo < (1.0 - gap) * hi < top and gap > 0:
-            T = (1.0 - gap) * hi
+        if lo < (1.0 - first) * hi < top:
+            T = (1.0 - first) * hi
         elif not near and lo < hi * (1 - NEAR) < top:
             T, near = hi * (1 - NEAR), True
         elif gap > 0 and lo >= (1.0 - gap) * hi:

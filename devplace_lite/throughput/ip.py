@@ -49,12 +49,13 @@ HiGHS with one thread and a seed, and a warm start: the DP's split if the DP
 (`devplace_lite.throughput.dp`) finishes within a fifth of the time limit, else the best baseline chain
 split. The reported objective is always the evaluator's max-load of the returned placement;
 the bound is the larger of the solver's and ``max(largest unit, total work / devices)``.
-With ``columns=True`` the contiguous flavour is first bounded by column generation over
-convex parts (`devplace_lite.throughput.columns`: no device labels, every part pays its own
-transfers), which usually proves the start within the gap by itself; its bound is otherwise a
-row on ``T``. With ``dp_cut=True`` the chain flavour also takes the DP's proven optimum as a row on ``T``:
-the relaxation alone stays far below it on many identical devices (75 % on ResNet-50 layers
-with k = 8 after 60 s), and the DP proves the same model's optimum in milliseconds.
+The contiguous flavour is first bounded by column generation over convex parts (``columns``,
+on by default there; `devplace_lite.throughput.columns`: no device labels, every part pays its
+own transfers), which usually proves the start within the gap by itself; its bound is
+otherwise a row on ``T``. With ``dp_cut=True`` the chain flavour also takes the DP's proven
+optimum as a row on ``T``: the relaxation alone stays far below it on many identical devices
+(75 % on ResNet-50 layers with k = 8 after 60 s), and the DP proves the same model's optimum
+in milliseconds.
 
 Complexity: NP-hard in general; the model has ``U D`` binaries (``U S`` and ``S`` for the
 chain), ``2 m k`` comm rows and ``(n + 2m) D`` contiguity rows; solve times are measured in
@@ -430,7 +431,7 @@ def _pick_start(data: UnitCosts, kind: str, warm_start, symmetry: bool, budget: 
 def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, solver: str = "scip",
                   time_limit: float | None = None, gap: float = 0.0, seed: int = 0, threads: int = 1,
                   warm_start="auto", symmetry: bool | str = False, dp_cut: bool = False,
-                  bound_cut: bool = False, columns: bool = False) -> Result:
+                  bound_cut: bool = False, columns: bool | None = None) -> Result:
     """Minimise the largest device load over splits of ``kind`` with an integer program.
 
     Parameters
@@ -454,6 +455,8 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         parts (`devplace_lite.throughput.columns`, HiGHS; up to 80 % of the time limit), take
         any better split it meets as the start, and return at once when its bound meets the
         start within ``gap``; otherwise its bound becomes the row ``T >=`` bound of the IP.
+        ``None`` (default): on for the contiguous flavour, whose device-indexed relaxation
+        alone stays several percent open at k = 8 (``benchmarks/mip``).
     dp_cut : chain flavour only: when the DP proved its split optimal within its share of the
         limit (the ``"auto"`` warm start), add the row ``T >= `` its value. The DP solves the
         same model exactly, so the row is valid and the solver's bound meets the warm start at
@@ -492,6 +495,8 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         return Result(method, graph, cluster, start[1], float(evaluate(graph, cluster, start[1]).max_load),
                       "time_limit", time.perf_counter() - t0, bound=data.lower_bound(), extra=extra)
     start = _pick_start(data, kind, warm_start, symmetry, budget)
+    if columns is None:
+        columns = kind == "contiguous"
     if columns:
         if kind != "contiguous":
             raise UsageError(f"columns=True bounds the contiguous flavour only, not {kind!r}")
@@ -596,7 +601,8 @@ def ip_chain(graph: Graph, cluster: Cluster, *, time_limit: float | None = None,
 
 def ip_contiguous(graph: Graph, cluster: Cluster, *, time_limit: float | None = None, seed: int = 0,
                   solver: str = "scip") -> Result:
-    """The optimal split with every device's part convex, by integer programming."""
+    """The optimal split with every device's part convex, by integer programming after the
+    column-generation bound over convex parts (`throughput_ip`'s ``columns``)."""
     return throughput_ip(graph, cluster, "contiguous", solver=solver, time_limit=time_limit, seed=seed)
 
 
