@@ -113,6 +113,9 @@ class AcceleratorSpec:
 
     ``flops``: dense FP16/BF16 tensor peak in FLOP/s; ``bandwidth``: memory bandwidth in
     bytes/s; ``link``: host link bandwidth in bytes/s (PCIe), used for communication costs.
+    A GPU of a cluster also has ``node`` GPUs beside it in one NVLink domain, ``nvlink``
+    bytes/s to each of them and ``network`` bytes/s to other nodes (each one direction, per
+    GPU); None where the spec is not such a GPU.
     """
 
     name: str
@@ -120,13 +123,24 @@ class AcceleratorSpec:
     bandwidth: float
     memory: float
     link: float
+    node: int = 1
+    nvlink: float | None = None
+    network: float | None = None
 
 
-# Vendor datasheet peaks (dense tensor-core FP16, HBM bandwidth, host link).
+# Vendor datasheet peaks (dense tensor-core FP16/BF16, HBM bandwidth, host link) of the SXM
+# parts, in the nodes NVIDIA sells them in (8 GPUs): NVLink per GPU and direction (V100: 6 links,
+# A100: 12, H100 and H200: 18, each 25 GB/s), and the node's InfiniBand shared by its GPUs
+# (DGX-1: 4 x 100 Gb/s; DGX A100: 8 x 200 Gb/s; DGX H100 and HGX H200: 8 x 400 Gb/s).
 SPECS: dict[str, AcceleratorSpec] = {
-    "V100": AcceleratorSpec("V100", flops=125e12, bandwidth=900e9, memory=16 * 2**30, link=16e9),
-    "A100": AcceleratorSpec("A100", flops=312e12, bandwidth=1555e9, memory=40 * 2**30, link=32e9),
-    "H100": AcceleratorSpec("H100", flops=989e12, bandwidth=3350e9, memory=80 * 2**30, link=64e9),
+    "V100": AcceleratorSpec("V100", flops=125e12, bandwidth=900e9, memory=16 * 2**30, link=16e9,
+                            node=8, nvlink=150e9, network=6.25e9),
+    "A100": AcceleratorSpec("A100", flops=312e12, bandwidth=1555e9, memory=40 * 2**30, link=32e9,
+                            node=8, nvlink=300e9, network=25e9),
+    "H100": AcceleratorSpec("H100", flops=989e12, bandwidth=3350e9, memory=80 * 2**30, link=64e9,
+                            node=8, nvlink=450e9, network=50e9),
+    "H200": AcceleratorSpec("H200", flops=989e12, bandwidth=4800e9, memory=141e9, link=64e9,
+                            node=8, nvlink=450e9, network=50e9),
 }
 
 

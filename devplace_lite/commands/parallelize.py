@@ -3,10 +3,13 @@
 ::
 
     devplace parallelize FILE [-k K] [--memory BYTES] [--microbatches N] [--bandwidth BYTES_PER_S]
-                              [--method M] [--time-limit S] [--json] [--out F]
+                              [--spec GPU] [--method M] [--time-limit S] [--json] [--out F]
 
-FILE is in Piper's input format (msr-fiddle/piper); the options replace the file's cluster
-values. The answer: the time per sample (Piper's objective), the status (``optimal``,
+FILE is in Piper's input format (msr-fiddle/piper; an example: ``data/parallelize/``), or a
+placement graph (``data/graphs/``, ``devplace profile``), which `devplace_lite.multidim.convert`
+turns into Piper's model with Megatron-style tensor-parallel variants, for ``--spec``'s GPUs
+(their memory, NVLink inside a node, the network between nodes); the options replace the
+file's cluster values. The answer: the time per sample (Piper's objective), the status (``optimal``,
 ``infeasible`` with the reason, ``time_limit`` with the incumbent, ``feasible`` for a baseline)
 and the stages (layers, data-parallel and tensor-parallel degrees, recomputed layers, memory).
 Bad input: one line on stderr, exit status 2. torch is never imported.
@@ -20,21 +23,33 @@ from .. import options
 from ..multidim.model import MAX_DEVICES
 from . import emit
 
-HELP = "plan data, tensor and pipeline parallelism together (Piper's model and input format)"
+HELP = "plan data, tensor and pipeline parallelism together (Piper's model; its input format or a placement graph)"
+EPILOG = """\
+FILE is Piper's input format or a placement graph, told apart by content. Examples:
+
+  devplace parallelize data/parallelize/bert_layer_training.json -k 64
+  devplace parallelize data/graphs/gpt_layer_training.json -k 256 --spec H100
+  devplace convert data/graphs/gpt_layer_training.json gpt.json --to piper --spec H100   # Piper's format
+"""
 
 _DEVICES = options.Int(1, MAX_DEVICES)
 _MICROBATCHES = options.Int(1, 1 << 20)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..devices import SPECS
     from ..methods import PARALLELIZE
 
-    parser.add_argument("file", help="a model in Piper's JSON input format")
+    parser.epilog, parser.formatter_class = EPILOG, argparse.RawDescriptionHelpFormatter
+    parser.add_argument("file", help="a model in Piper's JSON input format, or a placement graph (examples below)")
     parser.add_argument("-k", "--accelerators", "--devices", dest="devices", type=_DEVICES,
                         help=f"accelerators, 1..{MAX_DEVICES} (default: the file's maxDevices; --devices is the old name)")
     parser.add_argument("--memory", type=options.MEMORY, help="bytes per device (default: the file's)")
     parser.add_argument("--microbatches", type=_MICROBATCHES, help="micro-batches per batch N (default: the file's)")
     parser.add_argument("--bandwidth", type=options.MEMORY, help="bytes per second per device (default: the file's)")
+    parser.add_argument("--spec", choices=list(SPECS),
+                        help="for a placement graph: the GPUs planned for (memory, NVLink, network); default: the "
+                             "graph's memory and a V100 node's links")
     parser.add_argument("--method", choices=list(PARALLELIZE), default="exact",
                         help="; ".join(f"{name}: {m.summary}" for name, m in PARALLELIZE.items())
                         + " (default exact, proven optimal)")
@@ -53,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.out)
     with shown(not args.quiet), Progress(total=1000, desc="parallelize", unit="‰") as bar:
         r = parallelize(args.file, devices=args.devices, memory=args.memory, microbatches=args.microbatches,
-                        bandwidth=args.bandwidth, method=args.method, time_limit=args.time_limit,
+                        bandwidth=args.bandwidth, method=args.method, time_limit=args.time_limit, spec=args.spec,
                         progress=lambda f: bar.update(int(1000 * f)))
     answer = r.to_dict()
     if emit(answer, args):

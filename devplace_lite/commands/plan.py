@@ -23,7 +23,7 @@ writes ``DIR/plan.json``, ``DIR/graph.json`` and ``DIR/run_pipeline.py`` (split 
 take several) or ``auto``. The forecast replays the schedule's own action order
 (`devplace_lite.schedules.simulate`) and the split is the one whose replayed step is least
 (`devplace_lite.schedules.search`, proven where the splits can be enumerated, else its gap);
-``--spec A100`` (or V100, H100) times the segments by that GPU's roofline instead of measuring
+``--spec A100`` (or V100, H100, H200) times the segments by that GPU's roofline instead of measuring
 them here, which plans a GPU pipeline on a laptop; ``auto`` tries every schedule (and, with
 ``--microbatches auto``, every micro-batch count that divides the batch) and keeps the least
 forecast step within ``--memory``.
@@ -79,6 +79,7 @@ import time
 from typing import Any
 
 from .. import options
+from ..devices import SPECS
 from ..errors import UsageError
 from . import print_json
 
@@ -180,7 +181,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run, fit forward/backward scale factors, re-plan, run again; report the error before and after")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="time segments and run stages on CPU (gloo) or GPUs (CUDA events, NCCL)")
-    parser.add_argument("--spec", choices=["V100", "A100", "H100"],
+    parser.add_argument("--spec", choices=list(SPECS),
                         help="time segments by this GPU's roofline (FLOPs and bytes of each kernel; deterministic) "
                              "instead of measuring them here")
     parser.add_argument("--timeout", type=options.SECONDS, default=600.0, help="seconds for each torchrun, > 0 (default 600)")

@@ -1,6 +1,6 @@
 """``devplace profile MODEL``: profile a zoo model into a graph file.
 
-Roofline specs (V100, A100, H100) build the model on the meta device, so even the full-size
+Roofline specs (V100, A100, H100, H200) build the model on the meta device, so even the full-size
 networks profile in a second and give the same file on every machine; ``cpu-measured`` and
 ``cuda-measured`` build real weights and time every node here, with a progress bar.
 torch is imported only when the command runs.

@@ -1,7 +1,8 @@
 """Data, tensor and pipeline parallelism planned together: Piper's model and an exact planner.
 
-`parallelize` reads (or takes) a model in Piper's JSON format, optionally overrides the
-cluster values, and returns a `Result`: the time per sample (Piper's objective), a status and
+`parallelize` reads (or takes) a model in Piper's JSON format, or a placement graph that
+`convert.from_graph` turns into one (`load_model`), optionally overrides the cluster values,
+and returns a `Result`: the time per sample (Piper's objective), a status and
 the stages. Methods (the registry `devplace_lite.methods.PARALLELIZE`): ``exact`` (the DP over ideals
 with an exact knapsack per stage, proven optimal: `plan_optimal`), ``piper`` (the same DP with
 Piper's greedy knapsack rule, what its program computes: `plan_piper`), and the baselines
@@ -25,23 +26,75 @@ import os
 import time
 
 from .. import methods
-from ..errors import UsageError
+from ..errors import GraphError, UsageError
 from .model import Model, read_model, repeat_layer
 from .plan import Result, Stage, evaluate
 
-__all__ = ["Model", "Result", "Stage", "evaluate", "parallelize", "plan_optimal", "plan_piper", "read_model",
-           "repeat_layer"]
+__all__ = ["Model", "Result", "Stage", "evaluate", "load_model", "parallelize", "plan_optimal", "plan_piper",
+           "read_model", "repeat_layer"]
+
+#: Where Piper's input format is shown by example (``devplace convert GRAPH OUT --to piper`` made it).
+EXAMPLE = "data/parallelize/bert_layer_training.json"
+
+
+def load_model(path: str | os.PathLike, *, spec: str | None = None, devices: int | None = None) -> Model:
+    """The model of a file, told apart by its content: Piper's input format (top-level
+    ``maxDevices``, or nodes with ``TMPCs``), or a placement graph (the native format or the
+    authors' msr JSON, `devplace_lite.io`) converted by `convert.from_graph` for ``spec``'s GPUs
+    (their memory and links; ``devices`` decides whether data parallelism crosses nodes).
+
+    Raises
+    ------
+    GraphError
+        One line naming the file: not JSON, neither format (both named), or a bad field.
+    UsageError
+        ``spec`` given with a file of Piper's format, which carries its own cluster.
+
+    Examples
+    --------
+    >>> m = load_model("data/graphs/bert_layer_training.json", spec="H100", devices=64)
+    >>> m.devices, m.bandwidth == 50e9, m.extra["spec"]
+    (64, True, 'H100')
+    """
+    from ..io import detect_format, graph_from_msr, graph_from_native, read_json
+    from .model import model_from_dict
+
+    obj = read_json(path)
+    nodes = obj.get("nodes") if isinstance(obj, dict) else None
+    if isinstance(obj, dict) and ("maxDevices" in obj or isinstance(nodes, list) and nodes
+                                  and isinstance(nodes[0], dict) and "TMPCs" in nodes[0]):
+        if spec is not None:
+            raise UsageError(f"{path} is in Piper's format, which carries its own cluster: leave out --spec (give -k, "
+                             "--memory, --bandwidth)")
+        try:
+            return model_from_dict(obj)
+        except GraphError as e:
+            raise GraphError(f"{path}: Piper's input format: {e}") from None
+    try:
+        fmt = detect_format(obj)
+    except GraphError:
+        raise GraphError(f"{path}: neither Piper's input format (maxDevices, maxMemoryPerDevice, bandwidth, "
+                         f"mbsInBatch, nodes with TMPCs, edges; an example: {EXAMPLE}) nor a placement graph "
+                         "(docs/graph-format.md)") from None
+    from .convert import from_graph
+
+    stem = os.path.splitext(os.path.basename(path))[0]
+    try:
+        graph = graph_from_native(obj, stem, consume=True) if fmt == "native" else graph_from_msr(obj, stem)
+    except GraphError as e:
+        raise GraphError(f"{path}: {e}") from None
+    return from_graph(graph, spec=spec, **({} if devices is None else {"devices": devices}))
 
 
 def parallelize(model: Model | str | os.PathLike, devices: int | None = None, memory: float | None = None,
                 microbatches: int | None = None, bandwidth: float | None = None, method: str = "exact",
-                time_limit: float | None = None, progress=None) -> Result:
+                time_limit: float | None = None, progress=None, spec: str | None = None) -> Result:
     """Plan data, tensor and pipeline parallelism for ``model`` under Piper's model.
 
     Parameters
     ----------
     model : Model or path
-        A `Model` or the path of Piper's JSON input file.
+        A `Model`, or the path of Piper's JSON input file or of a placement graph (`load_model`).
     devices, memory, microbatches, bandwidth : optional
         Cluster values replacing the model's (devices ``k``, bytes per device, micro-batches per
         batch ``N``, bytes per second).
@@ -50,6 +103,8 @@ def parallelize(model: Model | str | os.PathLike, devices: int | None = None, me
     time_limit : float, optional
         Wall seconds for the whole call; past it the status is ``time_limit`` and the best
         baseline plan is returned as the incumbent.
+    spec : str, optional
+        For a placement graph: the GPUs it is planned for (`load_model`).
     progress : callable, optional
         Called with the fraction done.
 
@@ -69,7 +124,9 @@ def parallelize(model: Model | str | os.PathLike, devices: int | None = None, me
     if time_limit is not None and not time_limit > 0:
         raise UsageError(f"time limit must be positive, got {time_limit}")
     if not isinstance(model, Model):
-        model = read_model(model)
+        model = load_model(model, spec=spec, devices=devices)
+    elif spec is not None:
+        raise UsageError("spec converts a placement graph; a Model carries its own cluster")
     model = model.with_cluster(devices, memory, bandwidth, microbatches)
     if entry.limit == "anytime":
         r = entry.load()(model, time_limit=time_limit, progress=progress)

@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import os
 
+from ..devices import AcceleratorSpec
+from ..devices import spec as accelerator
 from ..errors import GraphError, UsageError
 from ..graph import Graph
 from .model import MAX_DEVICES, TMPC, Layer, Model, check_cluster
@@ -76,6 +78,8 @@ SHARDABLE_PARTS = ("gelu", "relu", "silu", "dropout", "softmax")
 #: Default bandwidth of the tensor-parallel group's links (bytes/s): NVLink 2 on a V100, one
 #: direction, the accelerator of the zoo's profiles.
 TP_BANDWIDTH = 150e9
+#: Default bandwidth of data-parallel resynchronisation (bytes/s) without a spec.
+DP_BANDWIDTH = 25e9
 #: Default link bandwidth (bytes/s) for graphs whose edges carry only ``comm`` (the generators').
 LINK = 16e9
 
@@ -170,9 +174,10 @@ def _allreduce(nbytes: float, t: int, bandwidth: float) -> float:
 
 
 def from_graph(graph: Graph | str | os.PathLike, degrees: tuple[int, ...] = (1, 2, 4, 8), *,
-               batch: int | None = None, tp_bandwidth: float = TP_BANDWIDTH, state_factor: float = 2.0,
+               batch: int | None = None, tp_bandwidth: float | None = None, state_factor: float = 2.0,
                backward_factor: float = 2.0, recompute: bool = True, devices: int = 8,
-               memory: float | None = None, bandwidth: float = 25e9, microbatches: int = 64) -> Model:
+               memory: float | None = None, bandwidth: float | None = None, microbatches: int = 64,
+               spec: AcceleratorSpec | str | None = None) -> Model:
     """Piper's model of a placement graph (module docstring: the analytic model).
 
     Parameters
@@ -184,8 +189,8 @@ def from_graph(graph: Graph | str | os.PathLike, degrees: tuple[int, ...] = (1, 
     batch : int, optional
         Samples in the profiled batch (one micro-batch); defaults to ``meta["batch"]`` or 1.
         Recorded in ``Model.extra``; the times stay per micro-batch.
-    tp_bandwidth : float
-        Bytes/s of the tensor-parallel all-reduces.
+    tp_bandwidth : float, optional
+        Bytes/s of the tensor-parallel all-reduces (default: the spec's NVLink, else `TP_BANDWIDTH`).
     state_factor : float
         Bytes of training state per parameter byte (``b = state_factor * w``).
     backward_factor : float
@@ -194,8 +199,12 @@ def from_graph(graph: Graph | str | os.PathLike, degrees: tuple[int, ...] = (1, 
         Offer the ``activation recomp`` TMPC.
     devices, memory, bandwidth, microbatches
         The cluster the model carries (Piper's ``maxDevices``, ``maxMemoryPerDevice`` (default:
-        the graph's ``memory`` default, else 16 GiB), ``bandwidth`` for data-parallel
-        resynchronisation, ``mbsInBatch``).
+        the spec's memory, else the graph's ``memory`` default, else 16 GiB), ``bandwidth`` for
+        data-parallel resynchronisation (default: the spec's NVLink when the devices fit in one
+        of its nodes, else its network; without a spec `DP_BANDWIDTH`), ``mbsInBatch``).
+    spec : AcceleratorSpec or name, optional
+        The GPUs planned for (`devplace_lite.devices.SPECS`): their memory and links. The
+        graph's times stay as they were profiled.
 
     Returns
     -------
@@ -223,6 +232,14 @@ def from_graph(graph: Graph | str | os.PathLike, degrees: tuple[int, ...] = (1, 
         from ..io import load_graph
 
         graph = load_graph(graph)
+    if isinstance(spec, str):
+        spec = accelerator(spec)
+    if spec is not None and spec.nvlink is None:
+        raise UsageError(f"spec {spec.name} has no NVLink and network figures: name a GPU of devplace_lite.devices.SPECS")
+    if tp_bandwidth is None:
+        tp_bandwidth = TP_BANDWIDTH if spec is None else spec.nvlink
+    if bandwidth is None:
+        bandwidth = DP_BANDWIDTH if spec is None else spec.nvlink if devices <= spec.node else spec.network
     degrees = tuple(sorted(set(int(t) for t in degrees)))
     if not degrees or degrees[0] != 1 or degrees[-1] > MAX_DEVICES:
         raise UsageError(f"degrees must include 1 and lie in 1..{MAX_DEVICES}, got {degrees}")
@@ -288,9 +305,10 @@ def from_graph(graph: Graph | str | os.PathLike, degrees: tuple[int, ...] = (1, 
     edges = tuple((lid[u], lid[v], out[u]) for u, v in zip(graph.src.tolist(), graph.dst.tolist())
                   if u in is_fwd and v in is_fwd)
     if memory is None:
-        memory = float(graph.defaults.get("memory") or 16 * 2**30)
+        memory = float(spec.memory if spec is not None else graph.defaults.get("memory") or 16 * 2**30)
     m = Model(tuple(layers), edges, int(devices), float(memory), float(bandwidth), int(microbatches),
               extra={"node_ids": [nodes[i].id for i in fwd], "kinds": {nodes[i].id: kind[i] for i in fwd},
-                     "batch": batch, "tp_bandwidth": tp_bandwidth, "source": graph.name})
+                     "batch": batch, "tp_bandwidth": tp_bandwidth, "source": graph.name,
+                     "spec": None if spec is None else spec.name})
     check_cluster(m)
     return m
