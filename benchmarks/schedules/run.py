@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    from devplace_lite.pipeline.planner import message_price
+    from devplace_lite.pipeline.calibrate import message_price
 
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()

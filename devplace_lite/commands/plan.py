@@ -49,7 +49,7 @@ the first choice planned. ``--run`` and ``--calibrate`` runs come after the limi
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast. Before planning, a
 CPU run (``-k`` above 1) first measures what a message costs its pass on this machine's wall
-clock beyond the pass's CPU time (`devplace_lite.pipeline.planner.message_price`, about 20 s:
+clock beyond the pass's CPU time (`devplace_lite.pipeline.calibrate.message_price`, about 20 s:
 three short runs of a small zoo model) and the forecast prices it on every forward and
 backward, once per message the pass exchanges with another rank; ``--check`` compares outputs
 and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
@@ -253,7 +253,8 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
-    from ..pipeline.planner import calibrate, message_price, plan, plan_auto
+    from ..pipeline.calibrate import calibrate, message_price
+    from ..pipeline.planner import plan, plan_auto
     from ..pipeline.torchrun import launch
     from ..zoo import load
 

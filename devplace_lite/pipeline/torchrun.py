@@ -10,8 +10,8 @@ class (any of torch 2.13's seven, `devplace_lite.schedules.simulate.SCHEDULES`) 
 between ranks (gloo on CPU, NCCL on GPUs: the same code; on one H100, 2026-11-27, a one-rank NCCL run
 with ``--check`` passed; no run over two or more GPUs has been made).
 
-`write_script` writes ``run_pipeline.py`` beside ``plan.json``: the split points as
-``SplitPoint.BEGINNING`` and a call of `main`, which every rank runs. `launch` starts torchrun
+`devplace_lite.pipeline.script` writes ``run_pipeline.py`` beside ``plan.json``: the split
+points as ``SplitPoint.BEGINNING`` and a call of `main`, which every rank runs. `launch` starts torchrun
 here (``nodes=2`` runs two torchrun "nodes" on loopback, ``--nnodes 2 --node-rank 0/1
 --rdzv-endpoint 127.0.0.1:PORT``, the multi-machine path on one machine) and gathers what the
 ranks wrote:
@@ -25,7 +25,7 @@ ranks wrote:
   run, the wall-clock price per message a pass exchanges at which the replay of its CPU times
   takes its measured step (``action_wall_ms``, `wall_price`: the runtime's CPU time, its
   messages' waits, the ranks' interference), which
-  `devplace_lite.pipeline.planner.message_price` measures on a small zoo model for a plan to
+  `devplace_lite.pipeline.calibrate.message_price` measures on a small zoo model for a plan to
   price before its run;
 * per rank, the peak memory: parameters, their gradients when training, and the high-water
   mark of the activations autograd saves, counted in the first step (the counting hooks cost
@@ -76,7 +76,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import GraphError, UsageError, rank_error, read_logs
-from ..files import write_text_atomic
 from ..schedules.simulate import message_ends
 from .resources import check_resources, free_port
 
@@ -208,76 +207,6 @@ def _example(meta: tuple, device: Any) -> Any:
 
     size, dtype, grad = meta
     return torch.empty(size, dtype=dtype, device=device).requires_grad_(grad)
-
-
-# -- the script --------------------------------------------------------------------------------
-_SCRIPT = '''#!/usr/bin/env python3
-"""{model}: {stages} pipeline stages planned by devplace ({method}; gap to the proven bound {gap}).
-
-Run it with torchrun, one process per rank ({ranks} rank(s), {per_rank} stage(s) each; gloo on CPU, NCCL on GPUs):
-
-    torchrun --nproc-per-node {ranks} run_pipeline.py [--steps 5] [--check] [--device cuda]
-    # across machines:
-    torchrun --nnodes N --node-rank R --nproc-per-node {ranks}/N --rdzv-endpoint HOST:PORT run_pipeline.py
-
-Each rank does, with torch.distributed.pipelining:
-
-{build}
-    {schedule_class}({stage_arg}, {microbatches}, loss_fn=loss_fn).step(batch on the first rank, target on the last)
-
-and sums the gradients of weights replicated on several stages ({tied}).
-plan.json beside this file holds the forecast, the memory of every stage and the model spec.
-"""
-from torch.distributed.pipelining import SplitPoint
-
-SPLIT_SPEC = {{
-{spec}}}
-SCHEDULE = {schedule_class!r}
-STAGE_TO_RANK = {stage_to_rank!r}  # stage -> rank, as {schedule_class} places them
-
-if __name__ == "__main__":
-    import sys
-    from pathlib import Path
-
-    from devplace_lite.pipeline.torchrun import main
-
-    sys.exit(main(Path(__file__).with_name("plan.json"), SPLIT_SPEC))
-'''
-
-
-#: How a rank builds its stages, for the script's docstring: torch's pipelining, or devplace's splitter.
-_PIPE = ("    pipe = pipeline(model, microbatch, split_spec=SPLIT_SPEC)\n"
-         "    stages = [pipe.build_stage(s, device) for s in STAGE_TO_RANK if STAGE_TO_RANK[s] == rank]")
-_OWN = ("    split = {cut}(model, microbatch, SPLIT_SPEC)  # {how}, cut by devplace's splitter\n"
-        "    stages = [PipelineStage(split.stages[s], s, ...) for s in STAGE_TO_RANK if STAGE_TO_RANK[s] == rank]")
-
-
-def write_script(path: str | Path, plan: Any) -> None:
-    """Write the torchrun script of ``plan`` (a `PipelinePlan`) to ``path``, as every output is
-    (`devplace_lite.files.write_atomic`)."""
-    spec = "".join(f"    {fqn!r}: SplitPoint.BEGINNING,\n" for fqn in plan.split_points)
-    tied = "; ".join(t["parameter"] for t in plan.tied if len(t["stages"]) > 1) or "none here"
-    gap = "unknown" if plan.gap is None else f"{100 * plan.gap:.1f} %"
-    from ..schedules.simulate import SCHEDULES
-
-    text = _SCRIPT.format(model=plan.model_spec or plan.graph.meta.get("model"), stages=plan.num_stages,
-                          build=_build_text(plan.capture_how),
-                          method=plan.method, gap=gap, microbatches=plan.microbatches, spec=spec, tied=tied,
-                          schedule_class=SCHEDULES[plan.schedule].torch_class, ranks=plan.ranks,
-                          per_rank=plan.per_rank, stage_to_rank=dict(enumerate(plan.stage_ranks)),
-                          stage_arg="stages[0]" if plan.per_rank == 1 and SCHEDULES[plan.schedule].fixed else "stages")
-    write_text_atomic(path, text)
-
-
-def _build_text(how: str) -> str:
-    """What the script's docstring says a rank does to build its stages, for capture route ``how``."""
-    from .capture import HOW_EXPORT_SPLIT, HOW_FX
-
-    if how == HOW_EXPORT_SPLIT:
-        return _OWN.format(cut="export_split", how="torch.export")
-    if how == HOW_FX:
-        return _OWN.format(cut="fx_split", how="a torch.fx trace")
-    return _PIPE
 
 
 # -- one rank ----------------------------------------------------------------------------------
