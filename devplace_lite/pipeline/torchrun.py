@@ -488,7 +488,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
                        for s in mine for kind in "FBIW" if any(k == kind and st == s for k, *_, st, _ in record)},
             "forward_cpu_ms": [c for k, _, _, c, *_ in record if k == "F"],
             "backward_cpu_ms": [c for k, _, _, c, *_ in record if k in "BIW"],
-            "loss": sum(float(x) for x in losses) / len(losses) if last and losses else None,
+            "loss": sum(float(x.detach()) for x in losses) / len(losses) if last and losses else None,
             "action_overhead_ms": None if cuda else _overhead(steps, mine_cpu, record, message_ends(s2r)),
             "param_bytes": sum(p.numel() * p.element_size() for p in params),
             "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
