@@ -434,7 +434,7 @@ def test_a_plan_on_fewer_ranks_says_why_and_all_ranks_uses_every_one(capsys, tmp
     one = plan(model.train(), x, k=2, microbatches=4, repeats=1, action_ms=1000.0)
     assert one.ranks == 1
     (why,) = [n for n in one.notes if "of the 2 ranks" in n]
-    assert why.startswith("1 of the 2 ranks: 1 stage(s) forecast a shorter step") and "1000.000 ms" in why
+    assert why.startswith("1 of the 2 ranks: the least forecast step found is on 1 stage(s)") and "1000.000 ms" in why
     assert "--all-ranks" in why
     both = plan(model.train(), x, k=2, microbatches=4, repeats=1, action_ms=1000.0, least_ranks=2)
     assert both.ranks == 2 and not [n for n in both.notes if "of the 2 ranks" in n]

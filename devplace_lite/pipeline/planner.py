@@ -573,12 +573,12 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
                         per_rank=v, search=found, k=k,
                         recompute=found.recompute if any(found.recompute or ()) else None, recompute_mode=recompute,
                         time_limit=time_limit, stopped=stopped)
-    most = max(p for p, _ in _counts(schedule, k, per_rank, len(names), microbatches, least_ranks))
+    most = max(p for p, _ in _counts(schedule, k, v, len(names), microbatches, least_ranks))
     if v == 1 and plan.ranks < most:  # the search chose fewer ranks: say so, and why, where the user looks
         price = costs.action_ms
         plan.notes.append(
-            f"{plan.ranks} of the {k} ranks: {plan.ranks} stage(s) forecast a shorter step than any split over more"
-            + (f", with each message priced at {price:.3f} ms (measured on this machine for the run)" if price else "")
+            f"{plan.ranks} of the {k} ranks: the least forecast step found is on {plan.ranks} stage(s)"
+            + (f", with each message between ranks priced at {price:.3f} ms" if price else "")
             + f"; least_ranks={k} (devplace plan --all-ranks) plans {k} stages")
     if plan.recompute:
         plan.notes.append(f"fits {memory:.0f} bytes per device only with activation recomputation on stage(s) "
