@@ -556,6 +556,8 @@ def summary(plan: dict, ranks: Sequence[dict], folder: Path) -> str:
     ...          "loss": 0.5}]
     >>> print(summary(plan, ranks, Path("plan/run")))
     run_pipeline: 2 stages, 1f1b, 4 micro-batches of 2: step 12.0 ms wall (median of 2; plan's forecast 9.5 ms CPU), loss 0.5; per-rank JSON in plan/run/rank0.json .. rank1.json
+    >>> print(summary({**plan, "training": False}, [{**r, "loss": None} for r in ranks], Path("plan/run")))
+    run_pipeline: 2 stages, forwards only in 1f1b's order, 4 micro-batches of 2: step 12.0 ms wall (median of 2; plan's forecast 9.5 ms CPU), inference, no loss; per-rank JSON in plan/run/rank0.json .. rank1.json
     """
     n = min(len(r["steps"]) for r in ranks)
     steps = [1e3 * (max(r["steps"][i][1] for r in ranks) - min(r["steps"][i][0] for r in ranks)) for i in range(n)]
@@ -566,7 +568,8 @@ def summary(plan: dict, ranks: Sequence[dict], folder: Path) -> str:
     rel = os.path.relpath(folder)
     where = Path(folder if rel.startswith("..") else rel)
     files = f"{where / 'rank0.json'}" + (f" .. rank{len(ranks) - 1}.json" if len(ranks) > 1 else "")
-    return (f"run_pipeline: {plan['stages']} stages, {plan['schedule']}, {plan['microbatches']} micro-batches of "
+    how = plan["schedule"] if plan["training"] else f"forwards only in {plan['schedule']}'s order"
+    return (f"run_pipeline: {plan['stages']} stages, {how}, {plan['microbatches']} micro-batches of "
             f"{plan['microbatch']}: step {statistics.median(steps):.1f} ms wall (median of {n}{forecast}), {said}; "
             f"per-rank JSON in {files}")
 
