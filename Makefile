@@ -8,7 +8,7 @@ CHAPTERS  := $(sort $(wildcard chapters/[0-9][0-9]_*.md))
 NOTEBOOKS := $(patsubst chapters/%.md,build/notebooks/%.ipynb,$(CHAPTERS))
 JOBS   ?= 2
 
-.PHONY: install titan test test-unit test-chapters book notebooks pdf reference lab data bench student student-book test-student test-book clean
+.PHONY: install titan test test-unit test-chapters book book-fast notebooks pdf reference lab data bench student student-book test-student test-book clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ $(EXECUTED): $(CHAPTERS) $(STAMP)
 
 book: $(EXECUTED)
 	$(BIN)/python -m devplace_lite.course.book html
+
+# The same book with every chapter run in FAST mode (DEVPLACE_FAST=1, as make test runs them), into
+# build/executed/fast and build/book/_build/html: a quick look at every page.
+book-fast: $(STAMP)
+	$(BIN)/python -m devplace_lite.course.book notebooks --fast
+	$(BIN)/python -m devplace_lite.course.book html --fast
 
 # The executed .ipynb of every chapter and of the student edition (build/executed/full and
 # build/executed/full/student), as Colab and Binder open them.

@@ -3,7 +3,8 @@
 The library is silent unless asked: `shown` turns bars on for a block (the CLI does, except with
 ``--quiet``). A bar appears only once its run has lasted `DELAY` seconds, so a short command
 never even imports tqdm, and it goes to stderr, never to stdout, so a ``--json`` answer stays
-clean.
+clean. It is drawn only when stderr is a terminal (`terminal`): a bar redraws itself with
+carriage returns, which a log file or a pipe would keep as they are.
 
 Example
 -------
@@ -33,6 +34,12 @@ def enabled() -> bool:
     return _enabled
 
 
+def terminal() -> bool:
+    """Whether stderr is a terminal, where a bar can redraw itself in place."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
+
+
 @contextlib.contextmanager
 def shown(on: bool = True) -> Iterator[None]:
     """Show (or hide) the bars of the runs inside the block."""
@@ -49,7 +56,9 @@ class Progress:
     bars are shown.
 
     ``update(done)`` takes the number of steps done so far (not an increment); ``note(text)``
-    sets the text after the bar (a solver's incumbent and bound).
+    sets the text after the bar (a solver's incumbent and bound). ``unit="s"``: the steps are a
+    solver's seconds (no rate shown); ``unit="%"``: they are shares of the work out of ``total``,
+    shown as a percentage and the time elapsed (no count, no rate).
     """
 
     def __init__(self, total: int | None, desc: str, unit: str = "it") -> None:
@@ -60,12 +69,14 @@ class Progress:
 
     def update(self, done: int) -> None:
         if self.bar is None:
-            if not _enabled or time.monotonic() - self.started < DELAY:
+            if not _enabled or time.monotonic() - self.started < DELAY or not terminal():
                 return
             from tqdm import tqdm
 
-            clock = {"bar_format": "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} s{postfix}" if self.total
-                     else "{desc}: {n} s{postfix}"} if self.unit == "s" else {}  # a solver's seconds: no rate
+            clock = ({"bar_format": "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} s{postfix}" if self.total
+                      else "{desc}: {n} s{postfix}"} if self.unit == "s"  # a solver's seconds: no rate
+                     else {"bar_format": "{desc}: {percentage:3.0f}%|{bar}| {elapsed}{postfix}"} if self.unit == "%"
+                     else {})
             self.bar = tqdm(total=self.total, initial=done, desc=self.desc, unit=self.unit, file=sys.stderr,
                             leave=False, dynamic_ncols=True, unit_scale=(self.total or 0) >= 10_000, **clock)
         else:

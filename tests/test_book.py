@@ -8,7 +8,8 @@ build`` on the executed notebooks. Each page must show
 
 * every figure its notebook produced, and no error output, no warning box (stderr);
 * no raw pipe table (a markdown table printed as text), no TeX source where a formula should be
-  typeset, no formula set as code;
+  typeset, no formula set as code, no object's repr where its value should be (``<... object>``,
+  a dataclass's ``Result(method=...``);
 * no code block wider than its column;
 * nothing loaded from another host: every request the page makes is a local file (the test
   passes with the network unplugged);
@@ -100,6 +101,11 @@ PAGE_SCRIPT = r"""
   const rawTable = (proseText.match(/\|\s*:?-{3,}:?\s*\|/g) || []).length;
   const rawTex = (proseText.match(/\\\(|\\\)|\\\[|\\\]|\$\$|\$[^$\s][^$]*\$|\\(frac|sum|mathrm|le|ge|subseteq|setminus|max|min|lvert|dots|textstyle)\b/g) || []);
   const untypeset = Array.from(main.querySelectorAll('span.math, div.math')).filter(e => !e.querySelector('mjx-container')).length;
+  // an object's repr where its value should be: `<pkg.Cls object at 0x..>`, `<... at 0x..>`, or a
+  // dataclass's `Name(field=...` opening a line of a cell's output
+  const reprs = Array.from(main.querySelectorAll('.cell_output')).flatMap(o =>
+      (o.textContent || '').match(/<[A-Za-z_][\w.]* (?:object(?: at 0x[0-9a-f]+)?|at 0x[0-9a-f]+)>|^\s*[A-Z]\w*\([a-z_]\w*=[^\n]{0,40}/gm) || [])
+      .map(t => t.trim());
   const inlineCode = Array.from(main.querySelectorAll('code')).filter(c => !c.closest('pre, .highlight'));
   const mathAsCode = inlineCode.map(c => c.textContent).filter(t => /<=|>=|⊆|∈|∪|\\[a-z]+|\bsum_[a-z{]|\bmax_[a-z]\b|\bmin_[a-z]\b|\bT_(chain|any)\b| \/ k\b|\^/.test(t));
   const wide = JSON.parse(__OVERFLOW__);
@@ -121,7 +127,7 @@ PAGE_SCRIPT = r"""
     citations: main.querySelectorAll('.bibliography .citation, div.citation, dl.citation dt, .footnote-list div').length,
     tables: main.querySelectorAll('table').length,
     math: main.querySelectorAll('mjx-container').length,
-    rawTable, rawTex, untypeset, mathAsCode, wide, external, launch,
+    rawTable, rawTex, untypeset, mathAsCode, reprs, wide, external, launch,
     text: text,
   });
 })()
@@ -137,6 +143,8 @@ def problems(info: dict) -> list[str]:
         out.append(f"warning box: {info['warnings'][:3]}")
     if info["rawTable"]:
         out.append(f"{info['rawTable']} raw pipe table row(s)")
+    if info["reprs"]:
+        out.append(f"an object's repr as output: {info['reprs'][:3]}")
     if info["rawTex"] or info["untypeset"]:
         out.append(f"TeX source shown: {info['rawTex'][:5]} ({info['untypeset']} formulas not typeset)")
     if info["mathAsCode"]:
@@ -427,6 +435,22 @@ def test_a_failed_build_prints_no_success_line(tmp_path, monkeypatch, capsys):
     assert "open " not in out and "no warnings" not in out and "not executed yet" in err
 
 
+def test_executing_a_chapter_prints_no_kernel_warning(tmp_path):
+    """`make book` executes each chapter in a fresh kernel: the kernel's own log (its stderr,
+    which the build's terminal shows) has no warning, e.g. ipykernel's about plain-text TCP."""
+    md = tmp_path / "01_tiny.md"
+    md.write_text("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
+                  "kernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n"
+                  "# Tiny\n\n```{code-cell} ipython3\nprint(6 * 7)\n```\n")
+    script = ("import sys; from pathlib import Path; from devplace_lite.course import book as bk; "
+              "p = Path(sys.argv[1]); sys.exit(bk.execute(p, p.with_suffix('.ipynb'), bk.kernel_env(True), p.parent) is not None)")
+    r = subprocess.run([sys.executable, "-c", script, str(md)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "42" in md.with_suffix(".ipynb").read_text()
+    assert "WARNING" not in r.stderr and "WARNING" not in r.stdout, r.stderr[-2000:]
+
+
 def test_pdf_without_chromium_stops_with_one_line(monkeypatch, capsys):
     """No Chromium and no way to install it (not root): `make pdf` says which package, in one
     line, before building anything, and exits 2."""
@@ -474,7 +498,7 @@ def test_launch_links_for_each_host(book, browser, tmp_path, url, links):
     r = bk.build(src, tmp_path / "out")
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-3000:]
-    assert not [ln for ln in log.splitlines() if "WARNING" in ln and "Kernel is running" not in ln], log[-3000:]
+    assert not [ln for ln in log.splitlines() if "WARNING" in ln], log[-3000:]
     info = browser.inspect((tmp_path / "out" / "_build" / "html" / f"{name}.html").as_uri(), PAGE_SCRIPT, timeout=120)
     found = {k for k in ("colab", "binder") if any(k in u for u in info["launch"])}
     assert found == links, info["launch"]
@@ -493,7 +517,7 @@ def test_every_chapter_runs_under_load(book):
 
 @pytest.mark.slow
 def test_book_builds_without_warnings(book):
-    warnings = [ln for ln in book.log.splitlines() if "WARNING" in ln and "Kernel is running over TCP" not in ln]
+    warnings = [ln for ln in book.log.splitlines() if "WARNING" in ln]
     assert not warnings, "\n".join(warnings[:20])
 
 
@@ -664,8 +688,8 @@ def test_publishing_workflow_serves_the_student_edition():
 
 def test_page_check_catches_broken_pages(browser, tmp_path):
     """The checks above can fail: a broken image, an error block, a raw pipe table, raw TeX, a
-    formula set as code, a code block wider than its column and an asset from another host are
-    each caught."""
+    formula set as code, an object's repr as output, a code block wider than its column and an
+    asset from another host are each caught."""
     import base64
 
     png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
@@ -676,6 +700,8 @@ def test_page_check_catches_broken_pages(browser, tmp_path):
         "<div class='cell_output'><div class='output stderr'>FutureWarning: deprecated</div></div>"
         "<p>| a | b |<br>| --- | ---: |<br>| x | 1 |</p><p>inline \\(G = (V, E)\\) left as source</p>"
         "<p>the bound <code>T_chain &gt;= sum p / k</code></p>"
+        "<div class='cell_output'><div class='output text_plain'><pre>&lt;IPython.core.display.Markdown object&gt;</pre></div></div>"
+        "<div class='cell_output'><div class='output text_plain'><pre>Result(method='exact', objective=0.5)</pre></div></div>"
         "<div class='highlight'><pre style='white-space:pre;overflow:auto'>" + "x = 1; " * 80 + "</pre></div>"
         "<div class='cell_output'><div class='text_html' style='overflow-x:auto'><table><tr>"
         + "<td>a_long_column_name</td>" * 12 + "</tr></table></div></div>"
@@ -686,6 +712,7 @@ def test_page_check_catches_broken_pages(browser, tmp_path):
     assert info["errors"] == 1 and info["h1"] == ["T"]
     found = " | ".join(problems(info))
     for what in ("error output", "warning box", "raw pipe table", "TeX source", "formulas set as code", "wider than its column",
-                 "another host"):
+                 "another host", "object's repr"):
         assert what in found, f"not caught: {what} ({found})"
+    assert info["reprs"] == ["<IPython.core.display.Markdown object>", "Result(method='exact', objective=0.5)"], info["reprs"]
     assert any(w.startswith("pre") for w in info["wide"]) and any(w.startswith("table") for w in info["wide"]), info["wide"]

@@ -69,6 +69,37 @@ def test_cells_without_functions_are_dropped():
     assert len(nb.cells) == 6 and "2 * x" in nb.cells[1].source  # the master is untouched
 
 
+def test_an_answer_sketch_does_not_take_the_sections_after_it():
+    """jupytext ends a markdown cell only at ``+++`` or code: a sketch tagged ``solution`` just
+    before ``## Summary`` holds the chapter's last sections. The sketch goes, they stay."""
+    sketch = ("````{admonition} A sketch of an answer\n:class: dropdown\n# inside the sketch\n"
+              "```python\n## in a code block\n```\nthe answer\n````\n\n")
+    rest = "## Summary\n\n* a point\n\n## Further reading\n\nA paper."
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("1. *(Think.)* Why?"),
+                nbformat.v4.new_markdown_cell(sketch + rest, metadata={"tags": ["solution"]}),
+                nbformat.v4.new_markdown_cell("the answer alone", metadata={"tags": ["solution"]})]
+    out, stubs, dropped = student_notebook(nb, NAMES)
+    assert (stubs, dropped) == (0, 2)
+    assert [c.source for c in out.cells] == ["1. *(Think.)* Why?", rest]
+    assert all("solution" not in c.metadata.get("tags", []) for c in out.cells)
+
+
+def _headings(md_text: str) -> list[str]:
+    """The headings of a MyST page as a markdown parser reads them (none inside a fenced block:
+    code cells, admonitions), its front matter left out."""
+    from markdown_it import MarkdownIt
+
+    body = re.sub(r"\A---\n.*?\n---\n", "", md_text, count=1, flags=re.S)
+    tokens = MarkdownIt("commonmark").parse(body)
+    return [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+
+
+#: Arithmetic written out: operands around a spaced operator (``D_s / d_s``, ``layers + 2``), or a
+#: rounding (``ceil(``). A constraint the task sets (``x[v, d] = 0``) is no formula of the answer.
+FORMULA = re.compile(r"[\w)\]]\s+(?:[-+*/%]|//|\*\*)\s+[\w(\[]|\b(?:ceil|floor)\(")
+
+
 @pytest.fixture(scope="module")
 def edition(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("student") / "student"
@@ -109,6 +140,24 @@ def test_solutions_removed_and_checks_kept(edition, md):
         exec(stub, ns)
         with pytest.raises(NotImplementedError, match=ex.id):
             ns[ex.name](*ex.case(0).args)
+
+
+@pytest.mark.parametrize("md", sorted(CHAPTERS.glob("[0-9][0-9]_*.md")), ids=lambda p: p.stem)
+def test_student_edition_keeps_every_heading_and_stubs_give_no_formula(edition, md):
+    """Every heading of the full edition outside a solution (a solution's headings sit in its
+    fenced admonition) is in the student edition, in order; and a stub's docstring states the
+    task, not its solution's formula (the exercise's text gives what the student needs)."""
+    student = (edition / "chapters" / md.name).read_text(encoding="utf-8")
+    full = _headings(md.read_text(encoding="utf-8"))
+    assert "Summary" in full or md.stem in ("00_preface", "90_reproduction"), f"{md.stem}: no Summary heading"
+    assert _headings(student) == full, f"{md.stem}: the student edition lost {[h for h in full if h not in _headings(student)]}"
+    for cell in jupytext.reads(student, fmt="md:myst").cells:
+        if cell.cell_type != "code" or "NotImplementedError" not in cell.source:
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.FunctionDef):
+                doc = ast.get_docstring(node) or ""
+                assert not FORMULA.search(doc), f"{md.stem}: stub {node.name} states a formula: {doc!r}"
 
 
 def _docstring_lines(src: str) -> set[int]:

@@ -204,3 +204,16 @@ def test_cli_bad_file_one_line_exit_2(tmp_path, capsys):
     f.write_text('{"nodes": []}')
     code, out, err = _cli(["parallelize", str(f)], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_a_file_that_is_not_json_reads_as_every_command_reads_it(tmp_path, capsys):
+    """One wording for one fault: parallelize said `not JSON (...)` where partition and bound say
+    `not valid JSON (... at line L, column C)`."""
+    f = tmp_path / "m.json"
+    f.write_text("hello, not json\n")
+    errs = []
+    for args in (["parallelize", str(f)], ["partition", str(f), "--method", "dp", "-k", "2"], ["bound", str(f), "-k", "2"]):
+        code, out, err = _cli(args, capsys)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        errs.append(err)
+    assert len(set(errs)) == 1 and f"{f}: not valid JSON (Expecting value at line 1, column 1)" in errs[0], errs

@@ -425,3 +425,32 @@ def test_a_value_two_segments_of_a_stage_save_is_counted_once():
         ins = out if isinstance(out, tuple) else (out,)
     assert [st["activations_per_microbatch"] for st in p.stage_memory()] == saved
     assert sum(p._sum(seg["activation_bytes"])) > sum(saved)  # summing the segments counted them twice
+
+
+def test_a_plan_on_fewer_ranks_says_why_and_all_ranks_uses_every_one(capsys, tmp_path):
+    """With a message priced high (as `--run` measures it on a busy machine) one stage forecasts
+    the shortest step: the plan says it uses 1 of the 2 ranks and why, in one note; asked for all
+    ranks (`least_ranks`, the CLI's --all-ranks) it splits over both."""
+    model, x = plan_models.unequal(batch=8)
+    one = plan(model.train(), x, k=2, microbatches=4, repeats=1, action_ms=1000.0)
+    assert one.ranks == 1
+    (why,) = [n for n in one.notes if "of the 2 ranks" in n]
+    assert why.startswith("1 of the 2 ranks: the least forecast step found is on 1 stage(s)") and "1000.000 ms" in why
+    assert "--all-ranks" in why
+    both = plan(model.train(), x, k=2, microbatches=4, repeats=1, action_ms=1000.0, least_ranks=2)
+    assert both.ranks == 2 and not [n for n in both.notes if "of the 2 ranks" in n]
+    assert both.step_ms() >= one.step_ms()  # the forecast that made the planner keep one rank
+    code, out, err = _cli(capsys, "plan", "gpt", "-k", 2, "--all-ranks", "--repeats", 1, "--json", "--out", tmp_path)
+    ans = json.loads(out)
+    assert code == 0 and ans["ranks"] == 2 and "--all-ranks" in ans["command"], err
+
+
+def test_an_inference_plan_says_forwards_only_and_no_gradient(capsys, tmp_path):
+    """An inference plan printed `1f1b` and that the tied embedding's gradients are all-reduced:
+    it runs forwards only and has no gradient."""
+    code, out, err = _cli(capsys, "plan", "gpt", "-k", 2, "--inference", "--repeats", 1, "--out", tmp_path)
+    assert code == 0, err
+    first = out.splitlines()[0]
+    assert "inference (forwards only, in 1f1b's order)" in first and ", 1f1b with" not in first
+    assert "tied tokens.weight: replicated on stages [0, 1]" in out
+    assert "gradient" not in out.replace("no gradient", "") and "all-reduce" not in out, out

@@ -241,6 +241,7 @@ def test_the_generated_script_prints_step_time_loss_and_where_the_json_went(user
     assert "1 stages, 1f1b, 2 micro-batches of 1: step " in line and " ms wall (median of 2" in line
     assert ", loss " in line and "per-rank JSON in plan/run/rank0.json" in line
     assert (user_folder / "plan" / "run" / "rank0.json").is_file()
+    assert "Warning" not in run.stderr, run.stderr[-2000:]  # torch's, on a loss that requires grad made a float
 
 
 @needs["transformers"]
@@ -261,4 +262,6 @@ def test_the_help_shows_module_function_examples(capsys):
         main(["plan", "--help"])
     out = capsys.readouterr().out
     assert "devplace plan mynet:build -k 2" in out and "the current folder" in out
+    flat = " ".join(out.split())
+    assert "(default ./devplace-plan)" in flat and "--all-ranks" in flat  # where the files go unasked
     assert textwrap.dedent(out).count("module:function") >= 2

@@ -4,6 +4,7 @@ with --quiet, silent in the library. "Long" is made zero seconds here so no test
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,27 @@ def graph_file(tmp_path):
 
 @pytest.fixture
 def no_delay(monkeypatch):
+    """No wait before a bar, and stderr taken for a terminal (capsys's is a file)."""
     monkeypatch.setattr(progress, "DELAY", 0.0)
+    monkeypatch.setattr(progress, "terminal", lambda: True)
+
+
+def test_no_bar_when_stderr_is_a_file(tmp_path, graph_file):
+    """`devplace ... 2> log`: a bar's carriage returns would fill the file; none is drawn there."""
+    import os
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parent.parent)
+    code = ("import sys; from devplace_lite import progress; progress.DELAY = 0.0; "
+            "from devplace_lite.cli import main; sys.exit(main())")
+    with open(tmp_path / "err.log", "w") as log:
+        r = subprocess.run([sys.executable, "-c", code, "partition", str(graph_file), "--method", "dp", "-k", "3"],
+                           stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "PYTHONPATH": root},
+                           timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("dp: objective")
+    err = (tmp_path / "err.log").read_text()
+    assert "\r" not in err and err == "", repr(err[:300])
 
 
 def test_a_long_dp_run_shows_a_bar_on_stderr_and_keeps_json_clean(capsys, graph_file, no_delay):
@@ -82,3 +103,17 @@ def test_an_integer_program_shows_its_seconds_incumbent_and_bound(capsys, tmp_pa
         throughput_ip(g, Cluster(8, 1), "noncontiguous", solver="highs", time_limit=2)
     err = capsys.readouterr().err
     assert "highs:" in err and "/2 s" in err and "incumbent" in err
+
+
+def test_parallelize_shows_a_share_done_not_a_rate_per_mille(capsys, tmp_path, no_delay):
+    """parallelize reports the share of its work done: a percentage and the time elapsed (its bar
+    read `‰/s`, a rate of thousandths)."""
+    from devplace_lite.multidim.generate import random_model
+    from devplace_lite.multidim.model import model_to_dict
+
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(model_to_dict(random_model(7, layers=4, devices=2))))
+    assert main(["parallelize", str(f), "-k", "4"]) == 0
+    err = capsys.readouterr().err
+    assert "parallelize:" in err and "%|" in err, repr(err[:300])
+    assert "‰" not in err and "/s" not in err and "/1000" not in err, repr(err[:300])

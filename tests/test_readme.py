@@ -107,6 +107,7 @@ def test_every_readme_command_runs_as_written_in_a_fresh_copy(tmp_path):
     for path in ("build/bert_msr.json", "build/split.json", "build/resnet.json"):
         assert (clone / path).is_file() and f"wrote {path}" in said, path
     assert "build/plan/plan.json (the plan), build/plan/graph.json (the segments' graph)" in said
+    assert re.search(r"^gpt: .*, 2 stage\(s\) of k=2 by ", said, re.M), said[-3000:]  # the example runs a pipeline
     mine = next(p.parent for p in temp.glob("*/mynet.py"))  # the folder `cd "$(mktemp -d)"` made
     assert {p.name for p in (mine / "plan").iterdir()} >= {"plan.json", "graph.json", "run_pipeline.py", "run"}
     assert "plan/plan.json (the plan), plan/graph.json (the segments' graph)" in said

@@ -233,6 +233,10 @@ def test_gantt_draws_forecast_and_measured():
     measured = [(r, a, s * 1.1, e * 1.1) for r, a, s, e in sim.events]
     fig = plot_gantt(sim, measured)
     assert len(fig.axes) == 2 and all(len(ax.patches) == len(sim.events) for ax in fig.axes)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["F: forward", "B: backward"]
+    zb = plot_gantt(simulate("zbv", 2, 4, {"F": [1.0] * 4, "I": [1.0] * 4, "W": [1.0] * 4}))
+    assert [t.get_text() for t in zb.axes[0].get_legend().get_texts()] == ["F: forward", "I: input gradient",
+                                                                            "W: weight gradient"]
 
 
 def test_in_flight_counts_match_the_planners():

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         check_output(args.out)
-    with shown(not args.quiet), Progress(total=1000, desc="parallelize", unit="‰") as bar:
+    with shown(not args.quiet), Progress(total=1000, desc="parallelize", unit="%") as bar:
         r = parallelize(args.file, devices=args.devices, memory=args.memory, microbatches=args.microbatches,
                         bandwidth=args.bandwidth, method=args.method, time_limit=args.time_limit, spec=args.spec,
                         progress=lambda f: bar.update(int(1000 * f)))

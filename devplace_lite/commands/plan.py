@@ -4,8 +4,8 @@
 
     devplace plan MODEL -k K [--schedule S] [--stages-per-rank V] [--microbatches M] [--batch B] [--memory BYTES]
                   [--recompute auto|never] [--optimizer none|sgd|adam] [--inference] [--granularity block|layer]
-                  [--method auto|M] [--time-limit S] [--out DIR] [--run [--nodes N] [--check]] [--calibrate]
-                  [--emit torchtitan FILE] [--json]
+                  [--method auto|M] [--time-limit S] [--out DIR] [--all-ranks] [--run [--nodes N] [--check]]
+                  [--calibrate] [--emit torchtitan FILE] [--json]
 
 MODEL is a zoo name or ``module:function`` returning ``(model, example inputs of the whole
 batch)`` (called with ``batch=`` and ``seed=`` when it takes them), e.g.
@@ -51,8 +51,11 @@ on loopback) and reports the measured stage CPU times next to the forecast. Befo
 CPU run (``-k`` above 1) first measures what a message costs its pass on this machine's wall
 clock beyond the pass's CPU time (`devplace_lite.pipeline.calibrate.message_price`, about 20 s:
 three short runs of a small zoo model) and the forecast prices it on every forward and
-backward, once per message the pass exchanges with another rank; ``--check`` compares outputs
-and gradients with the unsplit model. ``--calibrate`` runs the plan, scales
+backward, once per message the pass exchanges with another rank. Where that price makes fewer
+stages forecast a shorter step (on a busy laptop, often one stage), the plan uses fewer ranks
+than ``-k`` and a note says so; ``--all-ranks`` asks for all ``-k`` ranks, one stage each (the
+split is then the best over exactly that many). ``--check`` compares outputs and gradients with
+the unsplit model. ``--calibrate`` runs the plan, scales
 each stage's forward, backward, input- and weight-gradient times by measured / forecast, re-plans
 with them, runs again, reports the per-stage forecast error before and after, and keeps the
 plan whose forecast was nearer its run (it says which).
@@ -172,7 +175,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Default: none (each step stops at its own 10 s)")
     parser.add_argument("--repeats", type=options.POSITIVE, default=5, help="timed runs per segment, >= 1 (default 5)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the model's weights and inputs")
-    parser.add_argument("--out", dest="folder", default="devplace-plan", help="folder for plan.json, graph.json, run_pipeline.py")
+    parser.add_argument("--out", dest="folder", default="devplace-plan",
+                        help="folder for plan.json, graph.json, run_pipeline.py (default ./devplace-plan)")
+    parser.add_argument("--all-ranks", action="store_true",
+                        help="use all -k ranks, one stage each, even where fewer stages forecast a shorter step "
+                             "(the plan names the ranks it leaves out and why)")
     parser.add_argument("--run", action="store_true", help="run the plan under torchrun here after planning")
     parser.add_argument("--nodes", type=options.WORKERS, default=1, help="torchrun nodes on loopback for --run, >= 1 (default 1)")
     parser.add_argument("--check", action="store_true", help="with --run: compare outputs and gradients with the model")
@@ -244,8 +251,8 @@ def command_line(args: argparse.Namespace) -> str:
     words += ["--optimizer", args.optimizer, "--granularity", args.granularity, "--seed", str(args.seed)]
     if args.spec is not None:
         words += ["--spec", args.spec]
-    words += [f for f, on in (("--inference", args.inference), ("--run", args.run), ("--check", args.check),
-                              ("--calibrate", args.calibrate)) if on]
+    words += [f for f, on in (("--inference", args.inference), ("--all-ranks", args.all_ranks), ("--run", args.run),
+                              ("--check", args.check), ("--calibrate", args.calibrate)) if on]
     if args.emit is not None:
         words += ["--emit", *args.emit]
     return " ".join(shlex.quote(w) for w in words)
@@ -278,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
                   repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec,
                   recompute=args.recompute, started=getattr(args, "started", None),
                   # a checked run checks a split: one stage (a forecast that splitting does not pay) checks nothing
-                  least_ranks=2 if args.check and args.accelerators > 1 else 1)
+                  least_ranks=args.accelerators if args.all_ranks else
+                  2 if args.check and args.accelerators > 1 else 1)
     if (args.run or args.calibrate) and args.device == "cpu" and args.spec is None and args.accelerators > 1:
         # the run's backend on this machine prices the runtime's work around each pass; the probe
         # is a run, outside --time-limit like the runs themselves
@@ -295,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check and p.num_stages < 2:
         raise UsageError(f"--check compares a split run with the unsplit model, and this plan has one stage (-k "
                          f"{args.accelerators}, {args.schedule}): give -k 2 or more")
-    if args.check and args.accelerators > 1:
+    if args.check and args.accelerators > 1 and not args.all_ranks:
         p.notes.append("--check: planned over 2 ranks or more, so that the run it checks is split")
     emitted = None if args.emit is None else _torchtitan_job(p, model, args)  # refused before anything is written
     paths = p.write(args.folder)
@@ -343,8 +351,10 @@ def _torchtitan_job(p: Any, model: Any, args: argparse.Namespace) -> dict[str, A
 
 def _print(a: dict[str, Any]) -> None:
     gap = "unknown" if a["gap"] is None else f"{100 * a['gap']:.1f} %"
+    # inference runs the schedule's forwards only: no 1F1B interleaving to speak of
+    how = a["schedule"] if a["training"] else f"inference (forwards only, in {a['schedule']}'s order)"
     print(f"{a['model']}: {a['segments']} segments ({a['capture']}), {a['stages']} stage(s) of k={a['k']} by "
-          f"{a['method']} ({a['method_status']}), {a['schedule']} with {a['microbatches']} micro-batches of "
+          f"{a['method']} ({a['method_status']}), {how} with {a['microbatches']} micro-batches of "
           f"{a['microbatch']}")
     if a["stopped"]:
         print(f"  time limit {a['time_limit']:g} s: cut short {', '.join(a['stopped'])} (status time_limit: the "

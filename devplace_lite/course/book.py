@@ -157,6 +157,16 @@ def stamp_install(nb, target: str):
     return with_install_cell(nb, target)
 
 
+def kernel_config():
+    """The kernel manager's settings: CurveZMQ keys for the kernel's sockets where pyzmq has
+    CurveZMQ and the kernelspec declares it (ipykernel's does), so the kernel talks over
+    encrypted TCP and does not print its warning about plain text once per chapter."""
+    import zmq
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
+
+
 def execute(md: Path, out: Path, env: dict, cwd: Path, target: str | None = None, timeout: int = 1800) -> str | None:
     """Execute one chapter into ``out``, with the install cell of ``target`` (default: the
     package index's release) in front; the error text, or None when every cell ran."""
@@ -167,7 +177,8 @@ def execute(md: Path, out: Path, env: dict, cwd: Path, target: str | None = None
 
     nb = jupytext.read(md)
     stamp_install(nb, target or DEFAULT_TARGET)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}},
+                            config=kernel_config())
     error = None
     try:
         client.execute(env=env)

@@ -6,7 +6,9 @@ In a chapter, a solution is a cell tagged ``solution``. In the student edition
   defines with the same signature and docstring but a body that raises ``NotImplementedError``
   (so the check after it reports "not attempted" and the notebook runs on);
 * a solution cell that defines no function (a worked answer, an assert on the solution's
-  result, a markdown answer) is dropped;
+  result, a markdown answer) is dropped, except what of a markdown one follows its first heading
+  (`chapter_text`): jupytext ends a markdown cell only at the next ``+++`` or code cell, so an
+  answer sketch just before ``## Summary`` carries the chapter's closing sections in its cell;
 * every other cell, checks included, is kept as it is.
 
 Usage (``make student``)::
@@ -23,6 +25,7 @@ Needs jupytext (the ``book`` or ``test`` extra).
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -80,6 +83,45 @@ def stub_source(source: str, names: dict[str, str] | None = None) -> str | None:
     return "\n\n".join([head + ("\n" + "\n".join(imports) if imports else "")] + stubs) + "\n"
 
 
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,}|:{3,})(.*)$")
+_HEADING = re.compile(r"^ {0,3}#{1,6}(\s|$)")
+
+
+def chapter_text(markdown: str) -> str:
+    r"""What of a markdown solution cell is the chapter's own: the text from its first heading
+    outside a fenced block (an answer sketch's admonition is one) on, or ``""``.
+
+    Parameters
+    ----------
+    markdown : str
+        The source of a markdown cell tagged ``solution``.
+
+    Returns
+    -------
+    str
+        The lines from that heading on, as written; ``""`` when the cell has none.
+
+    Examples
+    --------
+    >>> chapter_text("```{admonition} A sketch\n# not a heading here\n```\n\n## Summary\n* kept")
+    '## Summary\n* kept'
+    >>> chapter_text("The answer is 42.")
+    ''
+    """
+    lines = markdown.splitlines()
+    fence = None  # the opening run of the fenced block we are in (a longer one nests shorter ones)
+    for i, line in enumerate(lines):
+        m = _FENCE.match(line)
+        if fence is None:
+            if m:
+                fence = m.group(1)
+            elif _HEADING.match(line):
+                return "\n".join(lines[i:])
+        elif m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not m.group(2).strip():
+            fence = None
+    return ""
+
+
 def student_notebook(nb, names: dict[str, str] | None = None):
     """A copy of a notebook (nbformat node) with its solutions replaced or removed; returns
     ``(notebook, stubs, dropped)``."""
@@ -96,6 +138,11 @@ def student_notebook(nb, names: dict[str, str] | None = None):
         stub = stub_source(cell.source, names) if cell.cell_type == "code" else None
         if stub is None:
             dropped += 1
+            rest = chapter_text(cell.source) if cell.cell_type == "markdown" else ""
+            if rest:
+                cell.source = rest
+                cell.metadata = {k: v for k, v in cell.metadata.items() if k != "tags"}
+                cells.append(cell)
             continue
         cell.source = stub
         cell.metadata = {}

@@ -24,7 +24,6 @@ the instance its own code builds (benchmarks/parallelize does).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -230,15 +229,12 @@ def read_model(path: str | os.PathLike) -> Model:
     Raises
     ------
     GraphError
-        When the file is not JSON or not a valid model.
+        When the file is not JSON (in the words of `devplace_lite.io.read_json`, as every
+        command reads a file) or not a valid model.
     """
-    from ..files import read_input
+    from ..io import read_json
 
-    try:
-        d = json.loads(read_input(path))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise GraphError(f"{os.fspath(path)}: not JSON ({e})") from None
-    return model_from_dict(d)
+    return model_from_dict(read_json(path))
 
 
 def repeat_layer(model: Model, count: int, name: str = "ParallelTransformerLayer") -> Model:

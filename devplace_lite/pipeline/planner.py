@@ -305,7 +305,9 @@ class PipelinePlan:
             stages = sorted({self.stage_of[i] for i in segs})
             how = ("kept on one stage" if len(stages) == 1 else
                    f"replicated on stages {stages}: their gradients are summed (all-reduce over those ranks) "
-                   "after each backward, so every copy sees the whole gradient")
+                   "after each backward, so every copy sees the whole gradient" if self.training else
+                   f"replicated on stages {stages}: each copy reads the same values (inference: no gradient, "
+                   "nothing to sum)")
             out.append({"parameter": fqn, "segments": segs, "stages": stages, "handling": how})
         return out
 
@@ -504,7 +506,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     ``stopped`` (the plan's status is then ``time_limit``). None: each step gets
     `STEP_SECONDS`.
     """
-    from ..schedules.search import RECOMPUTE
+    from ..schedules.search import RECOMPUTE, _counts
 
     if recompute not in RECOMPUTE:
         raise UsageError(f"unknown recompute choice {recompute!r}; known: {', '.join(RECOMPUTE)}")
@@ -569,6 +571,13 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
                         per_rank=v, search=found, k=k,
                         recompute=found.recompute if any(found.recompute or ()) else None, recompute_mode=recompute,
                         time_limit=time_limit, stopped=stopped)
+    most = max(p for p, _ in _counts(schedule, k, v, len(names), microbatches, least_ranks))
+    if v == 1 and plan.ranks < most:  # the search chose fewer ranks: say so, and why, where the user looks
+        price = costs.action_ms
+        plan.notes.append(
+            f"{plan.ranks} of the {k} ranks: the least forecast step found is on {plan.ranks} stage(s)"
+            + (f", with each message between ranks priced at {price:.3f} ms" if price else "")
+            + f"; least_ranks={k} (devplace plan --all-ranks) plans {k} stages")
     if plan.recompute:
         plan.notes.append(f"fits {memory:.0f} bytes per device only with activation recomputation on stage(s) "
                           f"{[s for s, x in enumerate(plan.recompute) if x]}: their backwards run their forward again "

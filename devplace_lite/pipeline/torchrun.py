@@ -417,7 +417,7 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
                        for s in mine for kind in "FBIW" if any(k == kind and st == s for k, *_, st, _ in record)},
             "forward_cpu_ms": [c for k, _, _, c, *_ in record if k == "F"],
             "backward_cpu_ms": [c for k, _, _, c, *_ in record if k in "BIW"],
-            "loss": sum(float(x) for x in losses) / len(losses) if last and losses else None,
+            "loss": sum(float(x.detach()) for x in losses) / len(losses) if last and losses else None,
             "action_overhead_ms": None if cuda else _overhead(steps, mine_cpu, record, message_ends(s2r)),
             "param_bytes": sum(p.numel() * p.element_size() for p in params),
             "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
@@ -485,6 +485,8 @@ def summary(plan: dict, ranks: Sequence[dict], folder: Path) -> str:
     ...          "loss": 0.5}]
     >>> print(summary(plan, ranks, Path("plan/run")))
     run_pipeline: 2 stages, 1f1b, 4 micro-batches of 2: step 12.0 ms wall (median of 2; plan's forecast 9.5 ms CPU), loss 0.5; per-rank JSON in plan/run/rank0.json .. rank1.json
+    >>> print(summary({**plan, "training": False}, [{**r, "loss": None} for r in ranks], Path("plan/run")))
+    run_pipeline: 2 stages, forwards only in 1f1b's order, 4 micro-batches of 2: step 12.0 ms wall (median of 2; plan's forecast 9.5 ms CPU), inference, no loss; per-rank JSON in plan/run/rank0.json .. rank1.json
     """
     n = min(len(r["steps"]) for r in ranks)
     steps = [1e3 * (max(r["steps"][i][1] for r in ranks) - min(r["steps"][i][0] for r in ranks)) for i in range(n)]
@@ -495,7 +497,8 @@ def summary(plan: dict, ranks: Sequence[dict], folder: Path) -> str:
     rel = os.path.relpath(folder)
     where = Path(folder if rel.startswith("..") else rel)
     files = f"{where / 'rank0.json'}" + (f" .. rank{len(ranks) - 1}.json" if len(ranks) > 1 else "")
-    return (f"run_pipeline: {plan['stages']} stages, {plan['schedule']}, {plan['microbatches']} micro-batches of "
+    how = plan["schedule"] if plan["training"] else f"forwards only in {plan['schedule']}'s order"
+    return (f"run_pipeline: {plan['stages']} stages, {how}, {plan['microbatches']} micro-batches of "
             f"{plan['microbatch']}: step {statistics.median(steps):.1f} ms wall (median of {n}{forecast}), {said}; "
             f"per-rank JSON in {files}")
 

@@ -572,6 +572,8 @@ def run_events(events: Sequence[Sequence[Sequence[Any]]]) -> list[tuple[int, Act
 
 #: Colours of the action kinds in `gantt_tasks`.
 KIND_COLORS = {"F": "#8fb8de", "B": "#f4a582", "I": "#f4a582", "W": "#b8e186"}
+#: What each action kind is, as `plot_gantt`'s legend names it.
+KIND_NAMES = {"F": "F: forward", "B": "B: backward", "I": "I: input gradient", "W": "W: weight gradient"}
 
 
 def gantt_tasks(events: Sequence[tuple[int, Action, float, float]], prefix: str = "rank") -> list[tuple]:
@@ -583,11 +585,13 @@ def plot_gantt(forecast: Simulation, measured: Sequence[tuple[int, Action, float
                title: str = "", ax: Any = None, sharex: bool = True) -> Any:
     """Draw the forecast's Gantt chart, and the measured events' below it (on the same time
     axis unless ``sharex=False``, for a run whose wall clock a loaded machine stretched).
-    Boxes are labelled ``F0@3``: kind, micro-batch, stage.
+    Boxes are labelled ``F0@3``: kind, micro-batch, stage; a legend beside the forecast names
+    the kinds it draws (the measured chart uses the same colours).
 
     Returns the matplotlib figure (imported here only).
     """
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     from ..plot import gantt
 
@@ -601,6 +605,10 @@ def plot_gantt(forecast: Simulation, measured: Sequence[tuple[int, Action, float
         fig = axes[0].figure
     gantt(axes[0], gantt_tasks(forecast.events, "forecast rank"))
     axes[0].set_title(title or f"forecast step {forecast.step_ms:.2f} ms")
+    kinds = [k for k in KIND_NAMES if any(a.kind == k for _, a, _, _ in [*forecast.events, *(measured or [])])]
+    axes[0].legend(handles=[Patch(facecolor=KIND_COLORS[k], edgecolor="black", linewidth=0.4, label=KIND_NAMES[k])
+                            for k in kinds], fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+                   borderaxespad=0.0, frameon=False)
     if measured is not None:
         gantt(axes[1], gantt_tasks(measured, "measured rank"))
     return fig
