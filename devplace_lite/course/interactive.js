@@ -32,9 +32,13 @@
     const sy = v => y1 - (v - p.y[0]) / ((p.y[1] - p.y[0]) || 1) * (y1 - y0);
     if (p.title) el("text", {x: x0, y: top + 13, "class": "dl-title"}, g, p.title);
     el("rect", {x: x0, y: y0, width: x1 - x0, height: y1 - y0, "class": "dl-frame"}, g);
-    for (const t of ticks(p.x[0], p.x[1], 8)) {
+    if (![p.rects, p.lines, p.dots, p.segs].some(a => a && a.length)) {
+      el("text", {x: (x0 + x1) / 2, y: (y0 + y1) / 2, "text-anchor": "middle"}, g, "nothing to draw at this setting (see below)");
+      return;
+    }
+    for (const [t, label] of p.xticks || ticks(p.x[0], p.x[1], 8).map(t => [t, String(t)])) {
       el("line", {x1: sx(t), x2: sx(t), y1: y1, y2: y1 + 4, "class": "dl-tick"}, g);
-      el("text", {x: sx(t), y: y1 + 15, "text-anchor": "middle"}, g, String(t));
+      el("text", {x: sx(t), y: y1 + 15, "text-anchor": "middle"}, g, label);
     }
     if (p.xlabel) el("text", {x: (x0 + x1) / 2, y: y1 + 28, "text-anchor": "middle"}, g, p.xlabel);
     for (const [v, label] of p.yticks || ticks(p.y[0], p.y[1], 4).map(t => [t, String(t)])) {

@@ -60,7 +60,8 @@ class Control:
 
 
 def panel(x: Sequence[float], y: Sequence[float], *, title: str = "", xlabel: str = "", ylabel: str = "",
-          yticks: Sequence[tuple[float, str]] | None = None, rects: Sequence[Sequence[Any]] = (),
+          xticks: Sequence[tuple[float, str]] | None = None, yticks: Sequence[tuple[float, str]] | None = None,
+          rects: Sequence[Sequence[Any]] = (),
           lines: Sequence[Sequence[Any]] = (), dots: Sequence[Sequence[Any]] = (),
           segs: Sequence[Sequence[float]] = ()) -> dict:
     """One panel of a frame, in data coordinates over ``x = [lo, hi]`` and ``y = [lo, hi]``.
@@ -71,7 +72,7 @@ def panel(x: Sequence[float], y: Sequence[float], *, title: str = "", xlabel: st
     lines : ``[colour, xs, ys, label]`` polylines (a step function is given by its corners)
     dots : ``[x, y, colour, label]``
     segs : ``[x1, y1, x2, y2]`` grey line segments (a graph's edges)
-    yticks : ``[(y, label)]``; numbers chosen by the page when omitted
+    xticks, yticks : ``[(x, label)]``, ``[(y, label)]``; round numbers when omitted
 
     Returns
     -------
@@ -84,7 +85,8 @@ def panel(x: Sequence[float], y: Sequence[float], *, title: str = "", xlabel: st
     '#fff'
     """
     return {"x": [float(x[0]), float(x[1])], "y": [float(y[0]), float(y[1])], "title": title, "xlabel": xlabel,
-            "ylabel": ylabel, "yticks": [[float(v), str(s)] for v, s in yticks] if yticks is not None else None,
+            "ylabel": ylabel, "xticks": [[float(v), str(s)] for v, s in xticks] if xticks is not None else None,
+            "yticks": [[float(v), str(s)] for v, s in yticks] if yticks is not None else None,
             "rects": [list(r) for r in rects], "lines": [list(ln) for ln in lines], "dots": [list(d) for d in dots],
             "segs": [list(s) for s in segs]}
 
@@ -115,8 +117,10 @@ def _round(x: Any) -> Any:
     """Drawing coordinates to 5 significant digits (the page's size; readout values stay exact)."""
     if isinstance(x, float):
         return float(f"{x:.5g}")
-    if isinstance(x, list):
+    if isinstance(x, (list, tuple)):
         return [_round(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
     return x
 
 
@@ -216,6 +220,8 @@ class Figure:
                 ax.scatter([x], [y], s=90, c=[color], edgecolors="black", linewidths=0.4, zorder=3)
             ax.set_xlim(*p["x"])
             ax.set_ylim(*p["y"])
+            if p["xticks"] is not None:
+                ax.set_xticks([v for v, _ in p["xticks"]], [s for _, s in p["xticks"]])
             if p["yticks"] is not None:
                 ax.set_yticks([v for v, _ in p["yticks"]], [s for _, s in p["yticks"]])
                 ax.grid(axis="y", visible=False)
