@@ -30,6 +30,7 @@ import base64
 import html
 import io
 import json
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -218,6 +219,7 @@ class Figure:
                 ax.plot(xs, ys, color=color, lw=1.4, label=label or None)
             for x, y, color, label in p["dots"]:
                 ax.scatter([x], [y], s=90, c=[color], edgecolors="black", linewidths=0.4, zorder=3)
+                ax.annotate(label, (x, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7)
             ax.set_xlim(*p["x"])
             ax.set_ylim(*p["y"])
             if p["xticks"] is not None:
@@ -232,7 +234,8 @@ class Figure:
                 ax.legend(fontsize=7, loc="upper right")
         setting = ", ".join(f"{c.label} = {c.default}" for c in self.controls)
         numbers = "; ".join(f"{label} {text}" for _, label, _, text in frame["readout"])
-        fig.suptitle(f"{frame['title']}: {numbers}\n(at {setting}; in the HTML book these move)", fontsize=9)
+        head = textwrap.fill(f"{frame['title']}: {numbers}", 110)
+        fig.suptitle(f"{head}\n(at {setting}; in the HTML book these move)", fontsize=9)
         if self.legend:
             fig.legend(handles=[Patch(facecolor=c, edgecolor="black", label=t) for c, t in self.legend],
                        loc="outside lower center", ncol=len(self.legend), fontsize=8)
