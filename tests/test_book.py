@@ -14,7 +14,10 @@ build`` on the executed notebooks. Each page must show
   passes with the network unplugged);
 * no table, formula, code block or output wider than its column (``scrollWidth > clientWidth``,
   or reaching past the text column), at a desktop's width and at a small laptop's;
-* no path of the machine that built it.
+* no path of the machine that built it;
+* every interactive figure (`devplace_lite.course.interactive`) moving: each control labelled
+  and moved with the keyboard, the figure at each setting the library's recorded answer, the
+  page under 2 MB.
 
 The book is built the way a newcomer builds it: ``python -m devplace_lite.course.book html`` and
 ``pdf`` run in a copy of this checkout whose ``origin`` is a local path (a clone of a clone), so

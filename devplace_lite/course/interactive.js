@@ -108,6 +108,7 @@
     if (root.dataset.ready) return;
     root.dataset.ready = "1";
     const spec = JSON.parse(root.querySelector('script[type="application/json"]').textContent);
+    for (const still of root.querySelectorAll("img.dl-static")) still.remove();  // the SVG draws it now
     const form = root.querySelector(".dl-controls");
     for (const c of spec.controls) {
       const id = `${spec.id}-${c.name}`;

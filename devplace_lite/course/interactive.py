@@ -10,9 +10,11 @@ draws the selected frame as SVG; each readout value sits in an ``<output data-ke
 that the rendered-book test reads back.
 
 Displayed in a notebook, a `Figure` offers two renderings: ``text/html`` (the moving figure,
-which the HTML book shows) and ``image/png`` (the same frame drawing at the default setting, by
-matplotlib), which the single-page HTML behind the PDF shows instead (``chapters/_config.yml``
-ranks PNG first for the ``singlehtml`` builder), in both editions.
+which the HTML book shows) and ``image/png`` (the default setting's frame drawn by matplotlib),
+which the single-page HTML behind the PDF shows instead (``chapters/_config.yml`` ranks PNG
+first for the ``singlehtml`` builder), in both editions. The HTML holds that picture too, and
+the script replaces it: where no script runs (a notebook its reader has not trusted), the
+default frame still shows.
 
 Example
 -------
@@ -181,13 +183,19 @@ class Figure:
                 "controls": [{"name": c.name, "label": c.label, "kind": c.kind, "labels": [str(v) for v in c.values],
                               "default": list(c.values).index(c.default)} for c in self.controls]}
 
-    def html(self) -> str:
-        """The moving figure: the frames as JSON, the empty controls and drawing, the script."""
+    def html(self, png: bytes | None = None) -> str:
+        """The moving figure: the frames as JSON, the empty controls and drawing, the script,
+        and ``png`` (`png` when omitted), the default frame's picture, which the script takes
+        away: where no script runs (an untrusted notebook, a reader without JavaScript) the
+        picture stays."""
         data = json.dumps(self.spec(), separators=(",", ":")).replace("</", "<\\/")
+        still = base64.b64encode(self.png() if png is None else png).decode()
         legend = "".join(f'<span><i style="background:{html.escape(c)}"></i>{html.escape(t)}</span>'
                          for c, t in self.legend)
         return (f'<div class="dl-figure" id="{self.name}">'
                 f'<script type="application/json">{data}</script>'
+                f'<img class="dl-static" style="max-width:100%" alt="{html.escape(self.default["title"])}"'
+                f' src="data:image/png;base64,{still}">'
                 f'<form class="dl-controls" onsubmit="return false"></form>'
                 f'<svg role="img" xmlns="http://www.w3.org/2000/svg"></svg>'
                 + (f'<div class="dl-legend">{legend}</div>' if legend else "") +
@@ -248,5 +256,6 @@ class Figure:
         return buf.getvalue()
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
-        return {"text/html": self.html(), "image/png": base64.b64encode(self.png()).decode(),
+        png = self.png()
+        return {"text/html": self.html(png), "image/png": base64.b64encode(png).decode(),
                 "text/plain": f"<interactive figure {self.name}: {len(self.frames)} settings>"}
