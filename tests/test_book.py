@@ -15,7 +15,10 @@ build`` on the executed notebooks. Each page must show
   passes with the network unplugged);
 * no table, formula, code block or output wider than its column (``scrollWidth > clientWidth``,
   or reaching past the text column), at a desktop's width and at a small laptop's;
-* no path of the machine that built it.
+* no path of the machine that built it;
+* every interactive figure (`devplace_lite.course.interactive`) moving: each control labelled
+  and moved with the keyboard, the figure at each setting the library's recorded answer, the
+  page under 2 MB.
 
 The book is built the way a newcomer builds it: ``python -m devplace_lite.course.book html`` and
 ``pdf`` run in a copy of this checkout whose ``origin`` is a local path (a clone of a clone), so
@@ -270,7 +273,8 @@ def visible_images(nb_path: Path) -> int:
     for cell in nb.cells:
         if cell.cell_type != "code" or HIDDEN & set(cell.metadata.get("tags", [])):
             continue
-        count += sum(1 for o in cell.get("outputs", []) if {"image/png", "image/svg+xml", "image/jpeg"} & set(o.get("data", {})))
+        count += sum(1 for o in cell.get("outputs", []) if {"image/png", "image/svg+xml", "image/jpeg"} & set(o.get("data", {}))
+                     and "dl-figure" not in o.get("data", {}).get("text/html", ""))  # the page draws that one moving
     return count
 
 
@@ -580,6 +584,199 @@ def test_student_edition_has_no_solutions_and_no_rubrics(book, browser, tmp_path
     assert "Rubric" in instructor and "tag_solution" in instructor  # what the student edition leaves out
     info = browser.inspect(html.as_uri(), PAGE_SCRIPT, timeout=120, width=LAPTOP)
     assert "not attempted" in info["text"] and not problems(info), "; ".join(problems(info))
+
+
+#: The interactive figures (`devplace_lite.course.interactive`) each page must show, by id.
+INTERACTIVE = {"01_placement_problem": {"fig-01-bubble"}, "02_dp_over_ideals": {"fig-02-split"},
+               "08_torch_pipeline": {"fig-08-schedules"}, "09_parallelism": {"fig-09-plan"}}
+#: The most a page may weigh: its HTML and the figures it loads (the theme and MathJax, shared, aside).
+PAGE_BYTES = 2 * 2**20
+
+
+def recorded_figures(nb_path: Path) -> dict[str, dict]:
+    """The interactive figures of an executed notebook, by id: what the library computed (the
+    frames that the chapter's assert cells checked), read from the notebook, not from the page."""
+    import nbformat
+
+    out = {}
+    for cell in nbformat.read(nb_path, as_version=4).cells:
+        for o in cell.get("outputs", []):
+            page = o.get("data", {}).get("text/html", "")
+            m = re.search(r'<div class="dl-figure" id="([^"]+)"><script type="application/json">(.*?)</script>', page, re.S)
+            if m:
+                out[m.group(1)] = json.loads(m.group(2).replace("<\\/", "</"))
+    return out
+
+
+#: What a figure shows now: its key, caption, controls (with their labels) and readout, and
+#: how many boxes, lines and dots it draws.
+FIGURE_STATE = """JSON.stringify(Array.from(document.querySelectorAll('div.dl-figure')).map(f => ({
+  id: f.id, key: f.dataset.key, caption: f.querySelector('.dl-caption').textContent,
+  controls: Array.from(f.querySelectorAll('.dl-controls input, .dl-controls select')).map(i => ({
+    id: i.id, tag: i.tagName.toLowerCase(), value: i.value,
+    label: (f.querySelector(`label[for="${i.id}"]`) || {}).textContent || ''})),
+  readout: Array.from(f.querySelectorAll('.dl-readout output')).map(o => [o.dataset.key, o.dataset.value, o.textContent]),
+  drawn: [f.querySelectorAll('svg rect.dl-box, svg rect.dl-hatch').length, f.querySelectorAll('svg polyline').length,
+          f.querySelectorAll('svg circle').length]})))"""
+
+
+def press(browser: bk.Browser, session: str, element_id: str, key: str) -> None:
+    """Focus ``element_id`` and press ``key`` on the keyboard (a real key event, as a reader's)."""
+    codes = {"ArrowRight": 39, "ArrowDown": 40, "Home": 36}
+    browser.evaluate(session, f"document.getElementById({json.dumps(element_id)}).focus(), 1")
+    for kind in ("keyDown", "keyUp"):
+        browser.send("Input.dispatchKeyEvent", {"type": kind, "key": key, "code": key,
+                                                "windowsVirtualKeyCode": codes[key]}, session=session)
+
+
+def figure_faults(shown: dict, spec: dict) -> list[str]:
+    """How a figure on the page differs from the recorded frame of the setting its controls show."""
+    key = "|".join(c["value"] for c in shown["controls"])
+    frame = spec["frames"].get(key)
+    if frame is None:
+        return [f"{shown['id']}: no recorded frame for the controls' setting {key}"]
+    faults = []
+    if shown["key"] != key:
+        faults.append(f"{shown['id']}: draws {shown['key']} while the controls say {key}")
+    if shown["caption"] != frame["title"]:
+        faults.append(f"{shown['id']} at {key}: caption {shown['caption']!r}, recorded {frame['title']!r}")
+    recorded = [[k, json.dumps(v) if v is None else str(v), text] for k, _, v, text in frame["readout"]]
+    page = [[k, "null" if v in ("null", "") else v, text] for k, v, text in shown["readout"]]
+    for (k, v, text), (pk, pv, ptext) in zip(recorded, page):
+        exact = pv == v or (v != "null" and pv != "null" and float(pv) == float(v))
+        if k != pk or not exact or text != ptext:
+            faults.append(f"{shown['id']} at {key}: {pk} = {pv} ({ptext!r}) on the page, recorded {v} ({text!r})")
+    if len(recorded) != len(page):
+        faults.append(f"{shown['id']} at {key}: {len(page)} numbers shown, {len(recorded)} recorded")
+    want = [sum(len(p["rects"]) for p in frame["panels"]), sum(len(p["lines"]) for p in frame["panels"]),
+            sum(len(p["dots"]) for p in frame["panels"])]
+    if shown["drawn"] != want:
+        faults.append(f"{shown['id']} at {key}: draws {shown['drawn']} boxes/lines/dots, the frame has {want}")
+    return faults
+
+
+def move_every_control(browser: bk.Browser, url: str, recorded: dict[str, dict], on_frame=None) -> tuple[list[str], int]:
+    """Open ``url``; for every figure, check it at its defaults, then move each control with the
+    keyboard through every value and back to its first (Home), checking the figure against the
+    recorded frame each time (`figure_faults`); ``on_frame(figure id, setting)`` may return more
+    faults. Returns (faults, frames checked)."""
+    target, session, _ = browser.open(url, timeout=120)
+    faults, checked = [], 0
+
+    def state(fid):
+        return next(f for f in json.loads(browser.evaluate(session, FIGURE_STATE)) if f["id"] == fid)
+
+    def check(fid):
+        nonlocal checked
+        shown, spec = state(fid), recorded[fid]
+        found = figure_faults(shown, spec)
+        if on_frame is not None and not found:
+            setting = {c["name"]: c["labels"][int(x["value"])] for c, x in zip(spec["controls"], shown["controls"])}
+            found += on_frame(fid, setting, spec["frames"][shown["key"]])
+        checked += 1
+        return shown, found
+
+    try:
+        shown_ids = [f["id"] for f in json.loads(browser.evaluate(session, FIGURE_STATE))]
+        faults += [f"{fid}: recorded in the notebook, not on the page" for fid in set(recorded) - set(shown_ids)]
+        for fid in [f for f in shown_ids if f in recorded]:
+            shown, found = check(fid)
+            faults += found
+            for i, control in enumerate(shown["controls"]):
+                spec_c = recorded[fid]["controls"][i]
+                if not control["label"].strip():
+                    faults.append(f"{fid}: control {control['id']} has no label")
+                if control["value"] != str(spec_c["default"]):
+                    faults.append(f"{fid}: {control['id']} opens at {control['value']}, its default is {spec_c['default']}")
+                forward = "ArrowDown" if control["tag"] == "select" else "ArrowRight"
+                for _ in range(len(spec_c["labels"]) - 1 - spec_c["default"]):
+                    before = state(fid)["controls"][i]["value"]
+                    press(browser, session, control["id"], forward)
+                    now, found = check(fid)
+                    faults += found
+                    if now["controls"][i]["value"] == before:
+                        faults.append(f"{fid}: {forward} does not move {control['id']}")
+                        break
+                press(browser, session, control["id"], "Home")
+                now, found = check(fid)
+                faults += found
+                if now["controls"][i]["value"] != "0":
+                    faults.append(f"{fid}: Home does not take {control['id']} to its first value")
+        return faults, checked
+    finally:
+        browser.send("Target.closeTarget", {"targetId": target})
+
+
+def page_bytes(html: Path) -> int:
+    """A page's HTML and the figures it loads (``_images``: its own), in bytes."""
+    text = html.read_text(encoding="utf-8", errors="replace")
+    images = {html.parent / src for src in re.findall(r'<img[^>]+src="(_images/[^"]+)"', text)}
+    return html.stat().st_size + sum(p.stat().st_size for p in images if p.exists())
+
+
+def bubble_answer(setting: dict) -> float:
+    """Chapter 01's GPipe step at ``setting``, asked of the library here (not read from the page)."""
+    import devplace_lite as dl
+    from devplace_lite.cost import chain_order
+    from devplace_lite.schedules import timeline
+
+    g = dl.generators.skip_chain(30, seed=7)
+    cluster = dl.Cluster(accelerators=int(setting["p"]))
+    split = dl.partition(g, cluster, "time", certify=False)
+    times = [split.check().loads[d] for d in chain_order(g, cluster, split.assignment)]
+    return timeline.makespan(timeline.gpipe(times, int(setting["m"]), backward=[2 * t for t in times]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(INTERACTIVE))
+def test_interactive_figures_move(book, browser, name):
+    """Every interactive figure, opened in Chromium with the network off: its controls are
+    labelled and move with the keyboard, and at every setting they reach the figure shows the
+    library's recorded answer (the readout's exact values, caption and the frame's boxes, lines
+    and dots); chapter 01's step is asked of the library again here. The page weighs under 2 MB."""
+    assert book.errors[name] is None, f"{name} failed to execute:\n{book.errors[name]}"
+    recorded = recorded_figures(book.notebooks / f"{name}.ipynb")
+    assert INTERACTIVE[name] <= set(recorded), f"{name}: figures {INTERACTIVE[name] - set(recorded)} missing"
+    html = book.html / f"{name}.html"
+    assert page_bytes(html) < PAGE_BYTES, f"{name}: {page_bytes(html)} bytes"
+
+    def library(fid, setting, frame):
+        if fid != "fig-01-bubble":
+            return []
+        step = next(v for k, _, v, _ in frame["readout"] if k == "step")
+        answer = bubble_answer(setting)
+        return [] if abs(step - answer) <= 1e-9 * answer else [f"{fid} at {setting}: {step} shown, the library says {answer}"]
+
+    faults, checked = move_every_control(browser, html.as_uri(), recorded, library)
+    assert not faults, f"{name}: " + "; ".join(faults[:8])
+    assert checked > 3 * len(recorded)
+
+
+def test_figure_check_catches_a_wrong_figure(browser, tmp_path):
+    """The figure check can fail: a page whose frames differ from the recorded ones (a value, a
+    caption, a box), and a control without a label, are each caught."""
+    from devplace_lite.course.interactive import Control, Figure, panel, readout
+
+    fig = Figure("fig-test", [Control("m", "micro-batches", [1, 2, 3], default=2)])
+    for m in (1, 2, 3):
+        fig.add({"m": m}, f"{m} micro-batches", [panel([0, 3], [0, 1], rects=[[0, 0, m, 1, "#8fb8de", "F"]] * m)],
+                [readout("step", "step (ms)", m * 1.5, f"{m * 1.5:.1f}")])
+    recorded = {"fig-test": fig.spec()}
+    good = tmp_path / "good.html"
+    good.write_text(f"<html><body><main>{fig.html()}</main></body></html>")
+    faults, checked = move_every_control(browser, good.as_uri(), recorded)
+    assert faults == [] and checked == 3, faults
+    wrong = json.loads(json.dumps(fig.spec()))
+    wrong["frames"]["2"]["readout"][0][2] = 4.0                  # the page shows 4.0 where 4.5 was computed
+    wrong["frames"]["0"]["title"] = "something else"
+    wrong["frames"]["1"]["panels"][0]["rects"].pop()
+    bad = tmp_path / "bad.html"
+    page = fig.html().replace(json.dumps(fig.spec(), separators=(",", ":")), json.dumps(wrong, separators=(",", ":")))
+    bad.write_text(f"<html><body><main>{page.replace('label.htmlFor = id;', '')}</main></body></html>")
+    faults, _ = move_every_control(browser, bad.as_uri(), recorded)
+    text = " | ".join(faults)
+    assert "step = 4 ('4.5')" in text and "caption 'something else'" in text and "boxes/lines/dots" in text, text
+    assert "has no label" in text, text
 
 
 @pytest.mark.slow

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from devplace_lite.schedules import timeline as schedule
 from devplace_lite.errors import UsageError
-from devplace_lite.schedules.simulate import (SCHEDULES, Action, action_order, message_ends, plot_gantt, rank_peaks,
-                                             replay, simulate, stage_to_rank, stages_per_rank)
+from devplace_lite.schedules.simulate import (SCHEDULES, Action, action_order, message_ends, plot_gantt, rank_memory,
+                                             rank_peaks, replay, simulate, stage_to_rank, stages_per_rank)
 
 MULTI = [s for s, sp in SCHEDULES.items() if sp.per_rank > 1]
 
@@ -288,6 +288,38 @@ def test_recomputation_costs_time_and_saves_memory(data):
     # inference has no backward: nothing to recompute
     inf = simulate(sched, p, m, times, training=False, recompute=more, **mem)
     assert inf.step_ms == pytest.approx(simulate(sched, p, m, times, training=False, **mem).step_ms)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_memory_over_time_peaks_where_rank_peaks_says(data):
+    """`rank_memory`: each rank's bytes over the step start and end at its static bytes (a
+    training step frees every activation), its corners run forward in time within the step,
+    and its highest corner is the rank's peak, with or without recomputation."""
+    sched = data.draw(st.sampled_from(sorted(SCHEDULES)))
+    p = data.draw(st.integers(1, 3))
+    n = p * stages_per_rank(sched)
+    m = data.draw(st.sampled_from([n, 2 * p, 4 * p]))
+    fl = st.floats(0.05, 4.0)
+    f, i, w = (data.draw(st.lists(fl, min_size=n, max_size=n)) for _ in range(3))
+    times = _times(n, f, [a + b for a, b in zip(i, w)], i, w)
+    act = data.draw(st.lists(st.integers(0, 100), min_size=n, max_size=n))
+    inp = [data.draw(st.integers(0, a)) for a in act]
+    static = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    flags = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    mem = dict(static_bytes=static, activation_bytes=act, input_bytes=inp)
+    try:
+        sim = simulate(sched, p, m, times, recompute=flags, **mem)
+    except UsageError:
+        return  # a count torch refuses
+    ranks = stage_to_rank(sched, p)
+    curves = rank_memory(sim, ranks, **mem)
+    assert len(curves) == p
+    for r, pts in enumerate(curves):
+        held = sum(static[s] for s in range(n) if ranks[s] == r)
+        assert pts[0] == (0.0, held) and pts[-1] == (sim.step_ms, pytest.approx(held))
+        assert all(a[0] <= b[0] for a, b in zip(pts, pts[1:])) and pts[-1][0] <= sim.step_ms
+        assert max(b for _, b in pts) == pytest.approx(sim.rank_peak_bytes[r])
 
 
 @pytest.mark.parametrize("p,m", [(2, 4), (3, 3), (4, 6)])

@@ -485,6 +485,30 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
                       stage_in_flight=flying, recompute=rec)
 
 
+def _stage_memory(n: int, static_bytes: Sequence[float] | None, activation_bytes: Sequence[float] | None,
+                  input_bytes: Sequence[float] | None) -> tuple[list[float], list[float], list[float]]:
+    static = [0.0] * n if static_bytes is None else [float(x) for x in static_bytes]
+    act = [0.0] * n if activation_bytes is None else [float(x) for x in activation_bytes]
+    inp = [0.0] * n if input_bytes is None else [float(x) for x in input_bytes]
+    if len(static) != n or len(act) != n or len(inp) != n:
+        raise UsageError(f"memory for {len(static)}/{len(act)}/{len(inp)} stage(s), the schedule has {n}")
+    return static, act, inp
+
+
+def _allocations(actions: Sequence[Action], act: Sequence[float], inp: Sequence[float], rec: Sequence[bool],
+                 training: bool):
+    """Per action of one rank, in its order: ``(action, bytes taken when it starts, bytes
+    given back when it ends)`` (see the module docstring)."""
+    for a in actions:
+        s = a.stage
+        kept = inp[s] if rec[s] else act[s]  # per micro-batch, forward to backward
+        whole = max(inp[s], act[s]) if rec[s] else act[s]  # during a recomputing backward
+        if a.kind == "F":  # inference keeps one micro-batch's activations while it runs
+            yield a, (kept if training else act[s]), (0.0 if training else act[s])
+        else:  # the recomputation runs first and holds the whole activations; I keeps the graph for W
+            yield a, (whole - kept if a.kind in ("B", "I") else 0.0), (whole if a.kind in ("B", "W") else 0.0)
+
+
 def rank_peaks(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int],
                static_bytes: Sequence[float] | None = None, activation_bytes: Sequence[float] | None = None,
                input_bytes: Sequence[float] | None = None, recompute: Sequence[bool] | None = None
@@ -502,39 +526,78 @@ def rank_peaks(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int],
     ([14.0, 10.0], [2, 1])
     """
     n = len(stage_rank)
-    static = [0.0] * n if static_bytes is None else [float(x) for x in static_bytes]
-    act = [0.0] * n if activation_bytes is None else [float(x) for x in activation_bytes]
-    inp = [0.0] * n if input_bytes is None else [float(x) for x in input_bytes]
-    if len(static) != n or len(act) != n or len(inp) != n:
-        raise UsageError(f"memory for {len(static)}/{len(act)}/{len(inp)} stage(s), the schedule has {n}")
+    static, act, inp = _stage_memory(n, static_bytes, activation_bytes, input_bytes)
     training = any(a.kind != "F" for acts in order.values() for a in acts)
     rec = _flags(recompute, n) if training else [False] * n
-    kept = [inp[s] if rec[s] else act[s] for s in range(n)]  # per micro-batch, forward to backward
-    whole = [max(inp[s], act[s]) if rec[s] else act[s] for s in range(n)]  # during a recomputing backward
     out = []
     flying = [0] * n
     count = [0] * n
     for r in sorted(order):
         live = peak = 0.0
-        for a in order[r]:
-            s = a.stage
+        for a, take, give in _allocations(order[r], act, inp, rec, training):
+            live += take
+            peak = max(peak, live)
+            live -= give
             if a.kind == "F":
-                live += kept[s] if training else act[s]
-                count[s] += 1
-                flying[s] = max(flying[s], count[s])
-                peak = max(peak, live)
-                if not training:  # inference keeps one micro-batch's activations while it runs
-                    live -= act[s]
-                    count[s] -= 1
-                continue
-            if a.kind in ("B", "I"):  # the recomputation runs first and holds the whole activations
-                live += whole[s] - kept[s]
-                peak = max(peak, live)
-            if a.kind in ("B", "W"):  # I keeps the graph for W
-                live -= whole[s]
-                count[s] -= 1
+                count[a.stage] += 1
+                flying[a.stage] = max(flying[a.stage], count[a.stage])
+            if a.kind in ("B", "W") or (a.kind == "F" and not training):
+                count[a.stage] -= 1
         out.append(sum(static[s] for s in range(n) if stage_rank[s] == r) + peak)
     return out, flying
+
+
+def rank_memory(sim: Simulation, stage_rank: Sequence[int], static_bytes: Sequence[float] | None = None,
+                activation_bytes: Sequence[float] | None = None, input_bytes: Sequence[float] | None = None
+                ) -> list[list[tuple[float, float]]]:
+    """Each rank's bytes over the step of a replayed ``sim``: the corners ``(ms, bytes)`` of a
+    step function, from 0 to the step's end. An action takes its bytes when it starts and gives
+    back what it frees when it ends (`rank_peaks`' rules, on the replay's clock); the stages'
+    static bytes are held throughout. Its highest corner is `rank_peaks`' peak.
+
+    Parameters
+    ----------
+    sim : Simulation
+        A replay (`simulate`, `replay`) of the stages ``stage_rank``; its recomputation flags apply.
+    stage_rank : sequence of int
+    static_bytes, activation_bytes, input_bytes : sequence of float, optional
+        Per stage, as `replay` takes them.
+
+    Returns
+    -------
+    list of list of (float, float)
+        One list per rank (sorted).
+
+    Raises
+    ------
+    UsageError
+        Memory given for another number of stages.
+
+    Examples
+    --------
+    >>> sim = simulate("gpipe", 2, 2, {"F": [1.0, 1.0], "B": [2.0, 2.0]})
+    >>> rank_memory(sim, [0, 1], activation_bytes=[10, 10])[1]
+    [(0.0, 0.0), (1.0, 0.0), (1.0, 10.0), (2.0, 10.0), (2.0, 20.0), (5.0, 20.0), (5.0, 10.0), (7.0, 10.0), (7.0, 0.0), (9.0, 0.0)]
+    """
+    n = len(stage_rank)
+    static, act, inp = _stage_memory(n, static_bytes, activation_bytes, input_bytes)
+    training = any(a.kind != "F" for _, a, _, _ in sim.events)
+    rec = list(sim.recompute) if sim.recompute else [False] * n
+    out = []
+    for r in sorted(set(stage_rank)):
+        events = [(a, s, e) for rank, a, s, e in sim.events if rank == r]  # in start order: the rank's order
+        live = sum(static[s] for s in range(n) if stage_rank[s] == r)
+        points = [(0.0, live)]
+        for (a, start, end), (_, take, give) in zip(events, _allocations([a for a, _, _ in events], act, inp, rec,
+                                                                         training)):
+            if take:
+                points += [(start, live), (start, live + take)]
+                live += take
+            if give:
+                points += [(end, live), (end, live - give)]
+                live -= give
+        out.append(points + [(sim.step_ms, live)])
+    return out
 
 
 def simulate(schedule: str, ranks: int, microbatches: int, times: Mapping[str, Sequence[float]], *,
