@@ -207,14 +207,14 @@ def build(seed=0):  # no batch= parameter: the function keeps its own batch of 2
 
 
 def test_default_microbatches_fit_the_batch_and_a_given_count_that_does_not_names_both_options(user_folder, capsys):
-    from devplace_lite.commands.plan import default_microbatches
+    from devplace_lite.pipeline.planner import default_microbatches
 
     assert [default_microbatches(b) for b in (1, 2, 3, 4, 6, 7, 8, 12)] == [1, 2, 3, 4, 3, 1, 4, 4]
     (user_folder / "ownbatch.py").write_text(OWN_BATCH)
     code, out, err = _cli(capsys, "plan", "ownbatch:build", "-k", 2, "--repeats", 1, "--out", "p", "--json")
     assert code == 0, err
     assert json.loads(out)["microbatches"] == 2
-    assert "2 micro-batch(es), the most up to 4 that divide the batch of 2" in err
+    assert "2 micro-batch(es), the most up to 4 that divide the batch of 2" in json.loads(out)["notes"][0]
     code, out, err = _cli(capsys, "plan", "ownbatch:build", "-k", 2, "--microbatches", 4, "--out", "q")
     assert code == 2 and err.count("\n") == 1 and "--microbatches" in err and "--batch" in err, err
     code, out, err = _cli(capsys, "plan", "ownbatch:build", "-k", 2, "--batch", 6, "--repeats", 1, "--out", "r",
@@ -265,3 +265,29 @@ def test_the_help_shows_module_function_examples(capsys):
     flat = " ".join(out.split())
     assert "(default ./devplace-plan)" in flat and "--all-ranks" in flat  # where the files go unasked
     assert textwrap.dedent(out).count("module:function") >= 2
+
+
+@pytest.mark.parametrize("flags, options", [
+    ([], {}),
+    (["--schedule", "auto"], {"schedule": "auto"}),
+], ids=["defaults", "schedule-auto"])
+def test_the_library_and_the_command_line_give_the_same_plan(user_folder, capsys, flags, options):
+    """`dl.plan` and `devplace plan` choose alike (issue 41): the micro-batches when none are
+    asked (a batch of 6: 3, and a note), the schedule search of ``auto``, the split, its bound
+    and status; timed by a roofline, so both measure the same."""
+    import devplace_lite as dl
+    from devplace_lite.zoo import load
+
+    code, out, err = _cli(capsys, "plan", "gpt", "-k", 2, "--batch", 6, "--spec", "H100", "--out", "p", "--json",
+                          *flags)
+    assert code == 0, err
+    cli = json.loads(out)
+    model, inputs = load("gpt", batch=6, seed=0)
+    lib = dl.plan(model, inputs, k=2, spec="H100", model_spec="gpt", **options).to_json()
+    for key in ("microbatches", "schedule", "split_points", "status", "objective_ms", "bound_ms", "gap", "notes",
+                "ranks", "stage_to_rank"):
+        assert lib[key] == cli[key], key
+    assert lib["microbatches"] == 3 and "the most up to 4 that divide the batch of 6" in lib["notes"][0]
+    assert ("schedule_auto" in lib) == ("schedule_auto" in cli) == bool(options)
+    if options:
+        assert [t.get("step_ms") for t in lib["schedule_auto"]] == [t.get("step_ms") for t in cli["schedule_auto"]]

@@ -84,11 +84,10 @@ from typing import Any
 from .. import options
 from ..devices import SPECS
 from ..errors import UsageError
+from ..pipeline.planner import MICROBATCHES  # the library's default (torch-free to import)
 from . import print_json
 
 HELP = "plan a model's pipeline (capture, exact split, bound, memory), write a torchrun script, run it"
-#: Micro-batches per step when --microbatches is not given (fewer when they do not divide the batch).
-MICROBATCHES = 4
 EPILOG = """\
 MODEL is a zoo name (gpt, bert, resnet50, inception, gnmt) or module:function, a Python
 function returning (model, example inputs of the whole batch); the current folder is
@@ -100,20 +99,6 @@ importable, as with python -m. Examples:
   devplace plan devplace_lite.zoo.external:llama -k 2 --emit torchtitan build/llama.toml
 
 """
-
-
-def _indivisible(batch: int, microbatches: int) -> str:
-    return (f"a batch of {batch} does not split into {microbatches} equal micro-batches: give --microbatches "
-            f"a divisor of {batch}, or --batch a multiple of {microbatches}")
-
-
-def default_microbatches(batch: int, most: int = MICROBATCHES) -> int:
-    """The largest micro-batch count up to ``most`` that divides ``batch`` (1 always does).
-
-    >>> default_microbatches(8), default_microbatches(2), default_microbatches(6), default_microbatches(7)
-    (4, 2, 3, 1)
-    """
-    return next(m for m in range(min(most, batch), 0, -1) if batch % m == 0)
 
 
 #: torch 2.13's schedules (`devplace_lite.schedules.simulate.SCHEDULES`; listed here so --help needs no import).
@@ -212,7 +197,9 @@ def _validate(args: argparse.Namespace) -> None:
         if SCHEDULES[args.schedule].fixed and args.stages_per_rank != SCHEDULES[args.schedule].per_rank:
             stages_per_rank(args.schedule, args.stages_per_rank)  # the one-line refusal
     if args.batch is not None and args.microbatches not in (None, "auto") and args.batch % args.microbatches:
-        raise UsageError(_indivisible(args.batch, args.microbatches))
+        from ..pipeline.planner import indivisible
+
+        raise UsageError(indivisible(args.batch, args.microbatches))
     if args.check and not args.run:
         raise UsageError("--check needs --run: it checks the run against the unsplit model (--calibrate's runs are "
                          "not checked)")
@@ -261,25 +248,13 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     from ..pipeline.calibrate import calibrate, message_price
-    from ..pipeline.planner import plan, plan_auto
+    from ..pipeline.planner import plan
     from ..pipeline.torchrun import launch
     from ..zoo import load
 
-    auto_m = args.microbatches == "auto"
-    asked = None if auto_m else args.microbatches
-    if asked is None and args.batch is not None and not auto_m:
-        args.microbatches = default_microbatches(args.batch)
-    batch = args.batch or 2 * (MICROBATCHES if auto_m else (args.microbatches or MICROBATCHES))
+    # the zoo's models take the batch to build: 2 samples per micro-batch unless --batch says
+    batch = args.batch or 2 * (args.microbatches if isinstance(args.microbatches, int) else MICROBATCHES)
     model, inputs = load(args.model, size=args.size, batch=batch, seed=args.seed)
-    got = int(inputs[0].shape[0]) if inputs[0].dim() else 0  # module:function may keep its own batch
-    if not auto_m:
-        if asked is None:
-            args.microbatches = default_microbatches(got) if got else MICROBATCHES
-            if args.microbatches != MICROBATCHES:
-                print(f"devplace: note: {args.microbatches} micro-batch(es), the most up to {MICROBATCHES} that "
-                      f"divide the batch of {got} (set --microbatches, or --batch)", file=sys.stderr)
-        elif got and got % asked:
-            raise UsageError(_indivisible(got, asked))
     common = dict(k=args.accelerators, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
                   method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
                   repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec,
@@ -294,12 +269,10 @@ def run(args: argparse.Namespace) -> int:
         common["action_ms"] = message_price(timeout=args.timeout)
         if common["started"] is not None:
             common["started"] += time.monotonic() - t
-    tried = None
-    if args.schedule == "auto":
-        p, tried = plan_auto(model, inputs, microbatches=None if auto_m else args.microbatches, **common)
-    else:
-        p = plan(model, inputs, microbatches=args.microbatches, schedule=args.schedule,
-                 per_rank=args.stages_per_rank, **common)
+    p = plan(model, inputs, microbatches=args.microbatches, schedule=args.schedule, per_rank=args.stages_per_rank,
+             **common)
+    if args.microbatches != "auto":
+        args.microbatches = p.microbatches  # the command line as planned
     if args.check and p.num_stages < 2:
         raise UsageError(f"--check compares a split run with the unsplit model, and this plan has one stage (-k "
                          f"{args.accelerators}, {args.schedule}): give -k 2 or more")
@@ -314,8 +287,6 @@ def run(args: argparse.Namespace) -> int:
     answer: dict[str, Any] = {"command": command_line(args), **p.to_json(),
                               "files": {k: str(v) for k, v in paths.items()},
                               "torchrun": f"torchrun --nproc-per-node {p.ranks} {paths['script']}"}
-    if tried is not None:
-        answer["schedule_auto"] = tried
     if emitted is not None:
         answer["emitted"] = emitted
     if args.run:

@@ -82,6 +82,8 @@ from ..schedules.simulate import action_order, stage_to_rank, stages_per_rank
 
 #: torch 2.13's schedules by their `--schedule` names (`devplace_lite.schedules.simulate.SCHEDULES`).
 SCHEDULES = tuple(_SCHEDULES)
+#: Micro-batches per step when none are asked (fewer when they do not divide the batch: `default_microbatches`).
+MICROBATCHES = 4
 #: Optimizer state per parameter byte: SGD with momentum keeps one buffer, Adam two.
 OPTIMIZERS = {"none": 0, "sgd": 1, "adam": 2}
 #: The exact DP is chosen when the chain graph has at most this many ideals.
@@ -253,6 +255,8 @@ class PipelinePlan:
     #: ``--schedule auto``: how far the choice among schedules and micro-batch counts is proven
     #: (`plan_auto`); None for one schedule.
     auto: dict[str, Any] | None = None
+    #: ``--schedule auto``: one record per schedule and micro-batch count (`plan_auto`'s list).
+    tried: list[dict[str, Any]] | None = None
 
     # -- structure
     @property
@@ -442,6 +446,7 @@ class PipelinePlan:
             "recompute": self.recompute_flags, "memory_cap": self.memory, "stage_memory": self.stage_memory(),
             "tied": self.tied,
             "seed": self.seed, "seconds": self.seconds, "torch": self.graph.meta.get("torch"),
+            **({} if self.tried is None else {"schedule_auto": self.tried}),
         }
 
     def write(self, folder: str | Path) -> dict[str, Path]:
@@ -588,7 +593,8 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     return plan
 
 
-def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int = 4, schedule: str = "1f1b",
+def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int | str | None = None,
+         schedule: str = "1f1b",
          training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
          granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
          warmup: int = 1, model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None,
@@ -604,8 +610,16 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         on the exported graph), else torch.fx (see `capture`).
     example_inputs : sequence of tensors
         One step's batch; its leading size must divide by ``microbatches``.
-    k, microbatches, schedule
-        Ranks, micro-batches per step, a key of `SCHEDULES` (torch 2.13's seven schedules).
+    k : int
+        Ranks.
+    microbatches : int, ``"auto"`` or None
+        Micro-batches per step; None: `default_microbatches` of the batch (the notes say so when
+        that is not `MICROBATCHES`); ``"auto"`` with ``schedule="auto"``: every count that
+        divides the batch is a choice.
+    schedule : str
+        A key of `SCHEDULES` (torch 2.13's seven schedules), or ``"auto"``: the least forecast
+        step over every schedule (and micro-batch count), `plan_auto`, whose records of each
+        choice the plan keeps in ``tried``.
     per_rank : int, optional
         Stages per rank for the schedules that take several (default: the schedule's, 2).
     training : bool
@@ -653,6 +667,24 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     import torch
 
     inputs = tuple(example_inputs)
+    if not inputs or not all(isinstance(t, torch.Tensor) and t.dim() for t in inputs):
+        raise UsageError("example inputs must be tensors with a batch dimension")
+    batch = int(inputs[0].shape[0])
+    if microbatches == "auto" and schedule != "auto":
+        raise UsageError("microbatches='auto' (--microbatches auto) needs schedule='auto' (--schedule auto)")
+    default = microbatches is None
+    if default:
+        microbatches = default_microbatches(batch)
+    if schedule == "auto":
+        if per_rank is not None:
+            raise UsageError("stages per rank name one schedule's layout; with schedule 'auto' leave them out")
+        p, tried = plan_auto(model, inputs, k=k, microbatches=None if microbatches == "auto" else microbatches,
+                             training=training, memory=memory, optimizer=optimizer, method=method,
+                             granularity=granularity, time_limit=time_limit, seed=seed, repeats=repeats,
+                             warmup=warmup, model_spec=model_spec, device=device, spec=spec, recompute=recompute,
+                             started=started, action_ms=action_ms, least_ranks=least_ranks)
+        p.tried = tried
+        return _noted_default(p, default)
     for name, value, low in (("k", k, 1), ("microbatches", microbatches, 1), ("repeats", repeats, 1),
                              ("warmup", warmup, 0)):
         if int(value) != value or value < low:
@@ -663,13 +695,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         raise UsageError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
     if stages_per_rank(schedule, per_rank) > 1:  # torch's own refusal, before the model is profiled
         action_order(schedule, k, microbatches, per_rank)
-    if not inputs or not all(isinstance(t, torch.Tensor) and t.dim() for t in inputs):
-        raise UsageError("example inputs must be tensors with a batch dimension")
-    batch = int(inputs[0].shape[0])
     if batch % microbatches:
-        raise UsageError(f"a batch of {batch} does not split into {microbatches} equal micro-batches: give a "
-                         f"micro-batch count (--microbatches) that divides {batch}, or a batch (--batch) that is a "
-                         f"multiple of {microbatches}")
+        raise UsageError(indivisible(batch, microbatches))
     graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
                                           model_spec, device, spec, budget=solve.Budget(time_limit, started),
                                           action_ms=action_ms)
@@ -678,7 +705,32 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
                    recompute=recompute, started=started, least_ranks=least_ranks)
     p.model_spec, p.capture = model_spec, cap
     p.seconds = {**seconds, **p.seconds, "total": time.monotonic() - started}
+    return _noted_default(p, default)
+
+
+def _noted_default(p: PipelinePlan, default: bool) -> PipelinePlan:
+    """``p``, its notes first saying so when its micro-batch count is the default's fewer."""
+    if default and p.microbatches != MICROBATCHES:
+        p.notes.insert(0, f"{p.microbatches} micro-batch(es), the most up to {MICROBATCHES} that divide the batch of "
+                          f"{p.batch} (set microbatches, --microbatches, or the batch)")
     return p
+
+
+def indivisible(batch: int, microbatches: int) -> str:
+    """The one line that refuses a batch ``microbatches`` does not divide, with both ways out."""
+    return (f"a batch of {batch} does not split into {microbatches} equal micro-batches: give --microbatches "
+            f"a divisor of {batch}, or --batch a multiple of {microbatches}")
+
+
+def default_microbatches(batch: int, most: int | None = None) -> int:
+    """The largest micro-batch count up to ``most`` (default `MICROBATCHES`) that divides
+    ``batch`` (1 always does): a plan's micro-batches when none are asked.
+
+    >>> default_microbatches(8), default_microbatches(2), default_microbatches(6), default_microbatches(7)
+    (4, 2, 3, 1)
+    """
+    most = MICROBATCHES if most is None else most
+    return next(m for m in range(min(most, batch), 0, -1) if batch % m == 0)
 
 
 def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool = True, granularity: str = "block",
