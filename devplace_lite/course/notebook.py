@@ -111,6 +111,8 @@ def table(rows: "pd.DataFrame | Sequence[Mapping[str, Any]]", digits: int = 3, i
     ((2, 2), True, True)
     >>> "12.35%" in table([{"gap": 0.12345}], formats={"gap": "{:.2%}"}).to_html()
     True
+    >>> "did not finish<" in table([{"ms": 1.5}, {"ms": "did not finish"}], formats={"ms": "{:.3f}"}).to_html()
+    True
     >>> t = table([{"graph": "bert", "ideals": 12}, {"graph": "gpt", "ideals": "(full mode)"}])
     >>> [(st["selector"], st["props"]) for st in t.table_styles]   # text left, numbers (and their notes) right
     [('th.col0', [('text-align', 'left')])]
@@ -121,7 +123,9 @@ def table(rows: "pd.DataFrame | Sequence[Mapping[str, Any]]", digits: int = 3, i
     formats = dict(formats or {})
     style = df.style.format(lambda x: _cell(x, digits))
     if formats:
-        style = style.format({c: (lambda f: lambda x: "–" if x is None or x != x else f.format(x))(f)
+        # a column's format is for its numbers; a note among them ("did not finish") reads as written
+        style = style.format({c: (lambda f: lambda x: "–" if x is None or x != x else
+                                  f.format(x) if isinstance(x, (int, float, np.number)) else str(x))(f)
                               for c, f in formats.items()})
     style = style.set_table_attributes('class="dataframe devplace-table"')
     if caption:
