@@ -77,10 +77,10 @@ def even_points(model: Any, stages: int) -> list[str]:
     return [f"{name}.{s * n // stages}" for s in range(1, stages)]
 
 
-def tp_stages(model: Any, micro: tuple, points: Sequence[str], tp: int) -> tuple[Any, dict[str, str]]:
-    """The model's pipeline stages, ready for ``parallelize_module``: ``(Split, module FQN ->
-    "colwise" or "rowwise")``. Raises `UsageError` when degree ``tp`` does not split the groups
-    found, in one line."""
+def tp_stages(model: Any, micro: tuple, points: Sequence[str], tp: int) -> tuple[Any, Any]:
+    """The model's pipeline stages, ready for ``parallelize_module``, and the groups found:
+    ``(Split, TensorParallelPlan)``. Raises `UsageError` when degree ``tp`` does not split the
+    groups found, in one line."""
     from .capture import exported_graph, fx_split
     from .tensor_parallel import find, prepare
 
@@ -91,7 +91,7 @@ def tp_stages(model: Any, micro: tuple, points: Sequence[str], tp: int) -> tuple
         raise UsageError(why)
     prepare(gm, plan)
     split, _ = fx_split(gm, micro, points, replicate_parameters=True)
-    return split, plan.styles()
+    return split, plan
 
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -146,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         per = a.batch // a.dp
         mb = per // a.microbatches
         micro = tuple(t[:mb] for t in inputs)
-        split, styles = tp_stages(model, micro, even_points(model, a.pp), a.tp)
+        split, plan = tp_stages(model, micro, even_points(model, a.pp), a.tp)
+        styles = plan.styles()
         tied = {n: s for n, s in tied_parameters(model, split.stages).items() if len(s) > 1}
         if tied:
             raise UsageError(f"parameter {next(iter(tied))} is read by stages {next(iter(tied.values()))} (a tied "
@@ -165,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parallelize_module(mod, mesh["tp"], mine)
         local_shards(mod)
         local = dict(mod.named_parameters())
+        partial = [local[n] for n in plan.shared() if n in local]
         ddp = DistributedDataParallel(mod, process_group=mesh["dp"].get_group())
         stage = PipelineStage(ddp, p, a.pp, device, input_args=tuple(_example(m, device) for m in ins),
                               output_args=tuple(_example(m, device) for m in outs), group=mesh["pp"].get_group())
@@ -184,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             dist.barrier()
             c0 = time.thread_time()
             out = sched.step(*(xs if first else ()), target=y if last else None)
+            for q in partial:  # read whole by a shard's heads only: each holds a part of the gradient
+                dist.all_reduce(q.grad, group=mesh["tp"].get_group())
             cpu.append(1e3 * (time.thread_time() - c0))
         rec: dict[str, Any] = {"rank": dist.get_rank(), "coords": [d, p, k], "step_cpu_ms": cpu,
                                "tp_modules": sorted(mine), "backend": dist.get_backend()}
@@ -328,6 +332,16 @@ def launch(model: str, *, dp: int, pp: int, tp: int, microbatches: int = 2, batc
         raise UsageError(f"batch {batch} does not split into {dp} replicas x {microbatches} micro-batches")
     if microbatches < pp:
         raise UsageError(f"1F1B needs at least as many micro-batches as stages ({microbatches} < {pp})")
+    from ..zoo import load
+    from .capture import exported_graph, without_cache
+    from .tensor_parallel import find
+
+    built, inputs = load(model, batch=batch, seed=seed)  # refuse here, in one line, what every rank would
+    without_cache(built)
+    why = find(exported_graph(built, tuple(t[: batch // (dp * microbatches)] for t in inputs))).why_not(tp)
+    if why:
+        raise UsageError(why)
+    even_points(built, pp)
     world = dp * pp * tp
     with tempfile.TemporaryDirectory(prefix="devplace-mesh-") as out:
         script = Path(out, "run_mesh.py")

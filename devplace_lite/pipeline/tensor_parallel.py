@@ -97,7 +97,9 @@ class Group:
     ``kind``: ``"attention"`` when a softmax or attention product lies inside, else ``"mlp"``;
     ``flops``: forward FLOPs of the group's weight and attention products for the example;
     ``row_output_bytes``: what the row products' all-reduce sums; ``nodes``: the graph nodes of
-    the group (its products, the region between them), by name."""
+    the group (its products, the region between them), by name; ``shared``: parameters read
+    whole inside the region (Qwen3's per-head query and key norms): each device sees only its
+    heads, so their gradients are partial sums, to be summed over the devices."""
 
     column: list[str]
     row: list[str]
@@ -106,6 +108,7 @@ class Group:
     flops: float = 0.0
     row_output_bytes: float = 0.0
     nodes: list[str] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)
 
     @property
     def divisor(self) -> int:
@@ -134,6 +137,10 @@ class TensorParallelPlan:
         out = {m: "colwise" for g in self.groups for m in g.column}
         out.update({m: "rowwise" for g in self.groups for m in g.row})
         return out
+
+    def shared(self) -> list[str]:
+        """Parameters read whole inside a region, whose gradients each device holds in part."""
+        return sorted({q for g in self.groups for q in g.shared})
 
     def degrees(self) -> list[int]:
         """Every tensor-parallel degree that splits all groups (divisors of their common gcd)."""
@@ -199,6 +206,14 @@ def _transposed_weight(gm: fx.GraphModule, n: Any) -> str | None:
             n.target is aten.transpose.int and sorted(d % 2 for d in n.args[1:3]) == [0, 1]):
         return _weight(gm, n.args[0])
     return None
+
+
+def _is_parameter(gm: fx.GraphModule, n: fx.Node) -> bool:
+    try:
+        gm.get_parameter(str(n.target))
+    except AttributeError:
+        return False
+    return True
 
 
 def _prefix(shape: tuple[int, ...], i: int) -> int:
@@ -430,7 +445,9 @@ def find(gm: fx.GraphModule) -> TensorParallelPlan:
                             kind="attention" if attention & set(ss) else "mlp",
                             flops=sum(_flops(n, prods) for n in [*ss, *inside, *rs]),
                             row_output_bytes=float(sum(_bytes(r) for r in rs)),
-                            nodes=[n.name for n in [*ss, *inside, *rs]]))
+                            nodes=[n.name for n in [*ss, *inside, *rs]],
+                            shared=sorted({str(a.target) for n in inside for a in n.all_input_nodes
+                                           if a.op == "get_attr" and _is_parameter(gm, a)})))
         dims.update({n.name: split[n] for n in [*ss, *inside]})
     # a row partner starts a region of its own, which its residual add refuses: not news
     rowed = {m for g in groups for m in g.row}

@@ -34,7 +34,7 @@ import torch.fx as fx
 
 from ..devices import AcceleratorSpec
 from .profile import ACC_KERNEL_OVERHEAD_MS, roofline_ms
-from .tensor_parallel import Group, TensorParallelPlan, _bytes, _flops, products
+from .tensor_parallel import Group, TensorParallelPlan, _bytes, _flops, _is_parameter, products
 
 #: ops that move no data (views): free on every device, as the profiler counts them
 _FREE = {torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default,
@@ -69,16 +69,8 @@ def _kernels(gm: fx.GraphModule, group: Group, t: int) -> list[tuple[float, floa
 
 
 def _bytes_param(gm: fx.GraphModule, n: fx.Node) -> float:
-    t = gm.get_parameter(str(n.target)) if _is_param(gm, n) else getattr(gm, str(n.target), None)
+    t = gm.get_parameter(str(n.target)) if _is_parameter(gm, n) else None
     return float(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) else 0.0
-
-
-def _is_param(gm: fx.GraphModule, n: fx.Node) -> bool:
-    try:
-        gm.get_parameter(str(n.target))
-    except AttributeError:
-        return False
-    return True
 
 
 def allreduce_ms(nbytes: float, t: int, link: float) -> float:
