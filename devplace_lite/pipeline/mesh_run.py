@@ -148,10 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         micro = tuple(t[:mb] for t in inputs)
         split, plan = tp_stages(model, micro, even_points(model, a.pp), a.tp)
         styles = plan.styles()
-        tied = {n: s for n, s in tied_parameters(model, split.stages).items() if len(s) > 1}
-        if tied:
-            raise UsageError(f"parameter {next(iter(tied))} is read by stages {next(iter(tied.values()))} (a tied "
-                             "weight): this runner does not sum tied gradients across stages")
+        # a weight tied across stages (an LM head reading the token embedding): every stage holding
+        # a copy gets the sum of the copies' gradients, over the pipeline group
+        named = dict(model.named_parameters(remove_duplicate=False))
+        tied = [[n for n, q in named.items() if q is named[fqn]] for fqn in tied_parameters(model, split.stages)]
         ins, outs = stage_shapes(split.stages, micro, True)[p]
         mod = to_device(split.stages[p], device)
         mine = {}
@@ -188,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = sched.step(*(xs if first else ()), target=y if last else None)
             for q in partial:  # read whole by a shard's heads only: each holds a part of the gradient
                 dist.all_reduce(q.grad, group=mesh["tp"].get_group())
+            for names in tied:
+                sum_copies([local[n] for n in names if n in local], named[names[0]], mesh["pp"].get_group(), device)
             cpu.append(1e3 * (time.thread_time() - c0))
         rec: dict[str, Any] = {"rank": dist.get_rank(), "coords": [d, p, k], "step_cpu_ms": cpu,
                                "tp_modules": sorted(mine), "backend": dist.get_backend()}
@@ -198,6 +200,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         dist.destroy_process_group()
     return 0
+
+
+def sum_copies(copies: Sequence[Any], like: Any, group: Any, device: Any) -> None:
+    """Give every copy of a weight replicated on several stages (``copies``: this rank's, maybe
+    none; ``like``: the model's, for the shape) the sum of all copies' gradients over ``group``.
+    Every rank of the group calls it, holding a copy or not (a collective)."""
+    import torch
+    import torch.distributed as dist
+
+    grad = torch.zeros(like.shape, dtype=like.dtype, device=device)
+    for q in {id(q): q for q in copies}.values():
+        if q.grad is not None:
+            grad += q.grad
+    dist.all_reduce(grad, group=group)
+    for q in copies:
+        q.grad = grad.clone()
 
 
 def local_shards(module: Any) -> None:

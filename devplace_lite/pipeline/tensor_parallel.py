@@ -298,7 +298,7 @@ def _rule(n: fx.Node, split: dict[fx.Node, int]) -> int:
             raise Refused("expand widens the split dimension")
         return j
     if f in _SLICES:
-        d = _dim(n.args[1], len(xs))
+        d = _dim(n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0), len(xs))
         if d == i and outs[i] != xs[i]:
             raise Refused(f"{name} takes part of the split dimension (a fused projection whose parts are stacked, "
                           "not interleaved by head)")
@@ -415,6 +415,10 @@ def find(gm: fx.GraphModule) -> TensorParallelPlan:
         except Refused as e:
             for s in mine:
                 bad.setdefault(s, str(e))
+            continue
+        except (IndexError, TypeError, ValueError) as e:  # arguments in a form the rules do not read
+            for s in mine:
+                bad.setdefault(s, f"{getattr(n.target, '__name__', n.target)} with arguments the rules do not read ({e})")
             continue
         split[n], seeds[n] = d, mine
         if n.target in _SOFTMAX or n.target is aten.scaled_dot_product_attention.default:
