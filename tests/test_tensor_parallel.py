@@ -5,7 +5,6 @@ The column-then-row groups are recognised on the exported graph of each Hugging 
 their cost per degree comes from a GPU's roofline (`pipeline.tp_cost`); and dp x pp x tp =
 2 x 2 x 2 processes (gloo) train three decoder families with torch's DeviceMesh,
 parallelize_module, DDP and pipelining, every output and gradient equal to the unsplit model's.
-Mistral, Gemma, StableLM and OPT are recognised like Llama and run on the same code.
 """
 
 from __future__ import annotations
@@ -174,6 +173,10 @@ def test_run_refuses_a_degree_the_model_does_not_allow_before_starting_processes
         launch("devplace_lite.zoo.external:llama", dp=1, pp=1, tp=4)
     with pytest.raises(UsageError, match="micro-batches"):
         launch("devplace_lite.zoo.external:llama", dp=1, pp=2, tp=1, microbatches=1)
+    with pytest.raises(UsageError, match="one stage a rank"):
+        launch("devplace_lite.zoo.external:llama", dp=1, pp=2, tp=1, schedule="zbv")
+    with pytest.raises(UsageError, match="1 split point"):
+        launch("devplace_lite.zoo.external:llama", dp=1, pp=2, tp=1, points=[])
 
 
 @pytest.mark.slow

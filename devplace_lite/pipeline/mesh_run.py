@@ -15,7 +15,8 @@ pipeline runner's launcher), does what a practitioner's trainer does with torch:
   module in the forward and per column group in the backward);
 * ``DistributedDataParallel`` over the ``dp`` sub-mesh averages the gradients (after
   ``_pre_dp_module_transform``, which torch provides to compose tensor parallelism with DDP);
-* a ``PipelineStage`` over the ``pp`` sub-mesh and ``Schedule1F1B`` move the micro-batches.
+* a ``PipelineStage`` over the ``pp`` sub-mesh and torch's ``Schedule1F1B`` (or ``ScheduleGPipe``)
+  move the micro-batches.
 
 gloo on CPU, NCCL on GPUs: the same code. With ``check`` each rank gathers its tensor shards'
 gradients (all-gather over ``tp``) and compares them, and the last stage its outputs, with the
@@ -101,6 +102,8 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--pp", type=int, required=True)
     p.add_argument("--tp", type=int, required=True)
     p.add_argument("--microbatches", type=int, default=2)
+    p.add_argument("--schedule", default="1f1b")
+    p.add_argument("--points", default=None, help="split points, comma-separated (default: equal layers)")
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=1)
@@ -119,10 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+    import torch.distributed.pipelining as pipelining
+    from torch.distributed.pipelining import PipelineStage
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     from torch.nn.parallel import DistributedDataParallel
 
+    from ..schedules.simulate import SCHEDULES
     from ..zoo import load
     from .capture import tied_parameters, to_device, without_cache
     from .torchrun import _example, _instrument, head, same_on_every_rank, stage_shapes
@@ -146,7 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         per = a.batch // a.dp
         mb = per // a.microbatches
         micro = tuple(t[:mb] for t in inputs)
-        split, plan = tp_stages(model, micro, even_points(model, a.pp), a.tp)
+        points = even_points(model, a.pp) if a.points is None else [x for x in a.points.split(",") if x]
+        split, plan = tp_stages(model, micro, points, a.tp)
+        if split.num_stages != a.pp:
+            raise UsageError(f"split points {points} give {split.num_stages} stages, not {a.pp}")
         styles = plan.styles()
         # a weight tied across stages (an LM head reading the token embedding): every stage holding
         # a copy gets the sum of the copies' gradients, over the pipeline group
@@ -177,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = slice(d * per, (d + 1) * per)
         xs = tuple(t[rows].to(device) for t in inputs)
         y = target[rows].to(device)
-        sched = Schedule1F1B(stage, a.microbatches, loss_fn=lambda out, t: F.mse_loss(head(out), t))
+        schedule = getattr(pipelining, SCHEDULES[a.schedule].torch_class)
+        sched = schedule(stage, a.microbatches, loss_fn=lambda out, t: F.mse_loss(head(out), t))
         first, last = p == 0, p == a.pp - 1
         cpu, out = [], None
         for _ in range(a.steps):
@@ -307,7 +316,8 @@ def _check(model: Any, inputs: tuple, target: Any, local: dict[str, Any], shards
 
 
 def launch(model: str, *, dp: int, pp: int, tp: int, microbatches: int = 2, batch: int | None = None, seed: int = 0,
-           steps: int = 1, check: bool = True, timeout: float = 600.0, device: str = "cpu") -> dict[str, Any]:
+           points: Sequence[str] | None = None, schedule: str = "1f1b", steps: int = 1, check: bool = True,
+           timeout: float = 600.0, device: str = "cpu") -> dict[str, Any]:
     """Run model spec ``model`` (`devplace_lite.zoo.load`) on ``dp x pp x tp`` processes here
     under torchrun and gather what the ranks report.
 
@@ -318,9 +328,13 @@ def launch(model: str, *, dp: int, pp: int, tp: int, microbatches: int = 2, batc
     dp, pp, tp : int
         Data-parallel replicas, pipeline stages (equal numbers of layers each), tensor shards.
     microbatches : int
-        Micro-batches per step and replica (``Schedule1F1B``: at least ``pp``).
+        Micro-batches per step and replica (``1f1b``: at least ``pp``).
     batch : int, optional
         The whole batch (default ``dp x microbatches``, one sample per micro-batch).
+    points : sequence of str, optional
+        Module FQNs where stages 1.. begin (a plan's split points); default equal numbers of layers.
+    schedule : str
+        ``"1f1b"`` or ``"gpipe"`` (one stage per rank).
     seed, steps, device : the model's seed, the steps run, ``"cpu"`` (gloo) or ``"cuda"`` (NCCL).
     check : bool
         Compare outputs and every gradient with the unsplit model (``check["passed"]``).
@@ -348,8 +362,14 @@ def launch(model: str, *, dp: int, pp: int, tp: int, microbatches: int = 2, batc
     batch = dp * microbatches if batch is None else batch
     if batch % (dp * microbatches):
         raise UsageError(f"batch {batch} does not split into {dp} replicas x {microbatches} micro-batches")
-    if microbatches < pp:
-        raise UsageError(f"1F1B needs at least as many micro-batches as stages ({microbatches} < {pp})")
+    from ..schedules.simulate import spec
+
+    if not (spec(schedule).fixed and spec(schedule).per_rank == 1):
+        raise UsageError(f"{schedule} puts several stages on a rank; this runner runs gpipe or 1f1b (one stage a rank)")
+    if schedule == "1f1b" and microbatches < pp:
+        raise UsageError(f"1f1b needs at least as many micro-batches as stages ({microbatches} < {pp})")
+    if points is not None and len(points) != pp - 1:
+        raise UsageError(f"{pp} stages need {pp - 1} split point(s), got {len(points)}")
     from ..zoo import load
     from .capture import exported_graph, without_cache
     from .tensor_parallel import find
@@ -359,13 +379,15 @@ def launch(model: str, *, dp: int, pp: int, tp: int, microbatches: int = 2, batc
     why = find(exported_graph(built, tuple(t[: batch // (dp * microbatches)] for t in inputs))).why_not(tp)
     if why:
         raise UsageError(why)
-    even_points(built, pp)
+    if points is None:
+        even_points(built, pp)
     world = dp * pp * tp
     with tempfile.TemporaryDirectory(prefix="devplace-mesh-") as out:
         script = Path(out, "run_mesh.py")
         script.write_text(_SCRIPT)
         extra = ["--model", model, "--dp", str(dp), "--pp", str(pp), "--tp", str(tp), "--microbatches",
                  str(microbatches), "--batch", str(batch), "--seed", str(seed), "--steps", str(steps),
+                 "--schedule", schedule, *(["--points", ",".join(points)] if points is not None else []),
                  "--device", device, "--out", out, "--timeout", str(max(30.0, timeout))] + (["--check"] if check else [])
         cmds = torchrun_commands(script, world, extra=extra)
         run_ranks(cmds, timeout=timeout)

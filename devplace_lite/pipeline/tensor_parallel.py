@@ -444,19 +444,49 @@ def find(gm: fx.GraphModule) -> TensorParallelPlan:
             continue
         rs = sorted(row_of[root], key=lambda n: n.name)
         inside = [n for n in split if n not in prods and sets.find(next(iter(seeds[n]))) is root]
+        shared, why = _read_whole(gm, inside, {*ss, *inside})
+        if why is not None:
+            refused.append((names, why))
+            continue
         groups.append(Group(column=names, row=[prods[r][1] for r in rs],
                             sizes=set().union(*(sizes[s] for s in ss)),
                             kind="attention" if attention & set(ss) else "mlp",
                             flops=sum(_flops(n, prods) for n in [*ss, *inside, *rs]),
                             row_output_bytes=float(sum(_bytes(r) for r in rs)),
                             nodes=[n.name for n in [*ss, *inside, *rs]],
-                            shared=sorted({str(a.target) for n in inside for a in n.all_input_nodes
-                                           if a.op == "get_attr" and _is_parameter(gm, a)})))
+                            shared=shared))
         dims.update({n.name: split[n] for n in [*ss, *inside]})
     # a row partner starts a region of its own, which its residual add refuses: not news
     rowed = {m for g in groups for m in g.row}
     refused = [(names, why) for names, why in refused if not set(names) <= rowed]
     return TensorParallelPlan(groups, refused, dims)
+
+
+def _read_whole(gm: fx.GraphModule, inside: list[fx.Node], region: set[fx.Node]) -> tuple[list[str], str | None]:
+    """The parameters a region reads whole, not through its column products (a per-head norm's
+    weight, directly or as ``1 + w``): each device's gradient of one is the part its heads give,
+    summed over the devices after the backward. That sum is right only if the parameter's value
+    reaches nothing but the region; else ``(…, reason)``."""
+    feed: set[fx.Node] = set()
+    stack = [a for n in inside for a in n.all_input_nodes if a not in region]
+    while stack:
+        a = stack.pop()
+        if a not in feed:
+            feed.add(a)
+            stack.extend(b for b in a.all_input_nodes if b not in region)
+    params = sorted((a for a in feed if a.op == "get_attr" and _is_parameter(gm, a)), key=lambda a: str(a.target))
+    for p in params:
+        stack, seen = [p], {p}
+        while stack:
+            for w in stack.pop().users:
+                if w in region or w in seen or (w.op == "call_function" and w.target in _NO_VALUE):
+                    continue
+                if w not in feed:
+                    return [], (f"parameter {p.target} is read inside the split region and outside it: its gradient "
+                                "would be part partial, part whole")
+                seen.add(w)
+                stack.append(w)
+    return [str(p.target) for p in params], None
 
 
 def _bytes(n: fx.Node) -> float:
@@ -516,6 +546,8 @@ def prepare(gm: fx.GraphModule, plan: TensorParallelPlan) -> fx.GraphModule:
         call.meta = dict(n.meta)
         n.replace_all_uses_with(call)
         gm.graph.erase_node(n)
+    _out_of_place(gm, {n for n in gm.graph.nodes if n.op == "call_module" and n.target in modules
+                       or n.name in plan.split_dims})
     for n in gm.graph.nodes:
         if n.name in plan.split_dims and n.op == "call_function" and n.target in _SIZED:
             j, shape = plan.split_dims[n.name], list(n.args[1])
@@ -526,6 +558,31 @@ def prepare(gm: fx.GraphModule, plan: TensorParallelPlan) -> fx.GraphModule:
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm
+
+
+def _out_of_place(gm: fx.GraphModule, values: set[fx.Node]) -> None:
+    """Replace each in-place operator on one of ``values`` by its out-of-place twin, later readers
+    of the value reading the result: torch's parallel styles hand on their outputs as views of
+    DTensors' local tensors, which autograd forbids changing in place (Falcon's
+    ``mlp_output += attention_output``)."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload) or not n.args:
+            continue
+        name = n.target._overloadpacket.__name__
+        if not name.endswith("_") or name.startswith("_") or n.args[0] not in values:
+            continue
+        pure = getattr(getattr(aten, name[:-1]), n.target._overloadname)
+        x = n.args[0]
+        with gm.graph.inserting_after(n):
+            new = gm.graph.call_function(pure, n.args, n.kwargs)
+        new.meta = dict(n.meta)
+        n.replace_all_uses_with(new)
+        for user in list(x.users):  # read after the change: read the result
+            if user is not n and order.get(user, -1) > order[n]:
+                user.replace_input_with(x, new)
+        gm.graph.erase_node(n)
+        values.add(new)
 
 
 def _fill(shape: list, out: tuple[int, ...]) -> list:
