@@ -177,6 +177,10 @@ def test_run_refuses_a_degree_the_model_does_not_allow_before_starting_processes
         launch("devplace_lite.zoo.external:llama", dp=1, pp=2, tp=1, schedule="zbv")
     with pytest.raises(UsageError, match="1 split point"):
         launch("devplace_lite.zoo.external:llama", dp=1, pp=2, tp=1, points=[])
+    with pytest.raises(UsageError, match="Conv1D"):  # GPT-2's MLP pairs are found, but torch's styles split nn.Linear
+        launch("devplace_lite.zoo.external:gpt2", dp=1, pp=1, tp=2)
+    with pytest.raises(UsageError, match="no column-then-row pair found.*stacked"):  # Phi-3: fused, stacked
+        launch("devplace_lite.zoo.external:phi3", dp=1, pp=1, tp=2)
 
 
 @pytest.mark.slow
@@ -197,8 +201,20 @@ def test_dp2_pp2_tp2_on_eight_processes_equals_the_unsplit_model(name, sharded):
 
 
 @pytest.mark.slow
-def test_fused_head_interleaved_projection_splits_on_two_processes():
-    """GPT-NeoX's query_key_value is split by plain ColwiseParallel: its features are grouped by head."""
-    run = launch("devplace_lite.zoo.external:gpt_neox", dp=1, pp=1, tp=2, check=True, timeout=900)
+@pytest.mark.parametrize("name", ["gpt_neox", "falcon"])
+def test_fused_projections_grouped_by_head_split_on_two_processes(name):
+    """GPT-NeoX's and Falcon's query_key_value are split by plain ColwiseParallel: their output
+    features are grouped by head (Falcon: by key-value head); Falcon also adds its MLP's output
+    to its attention's in place, which `prepare` makes out-of-place."""
+    run = launch(f"devplace_lite.zoo.external:{name}", dp=1, pp=1, tp=2, check=True, timeout=900)
     assert run["check"]["passed"], run["check"]
+    assert run["check"]["sharded_checked"] == 16  # 4 layers x 4 column or row weights
 
+
+@pytest.mark.slow
+def test_a_plans_split_points_under_gpipe_with_a_tied_head_and_per_head_norms():
+    """Gemma 3 on pp x tp = 2 x 2: its split point as a plan gives it, GPipe, a head tied to the
+    embedding on the other stage, query and key norms read as 1 + w inside the split region."""
+    run = launch("devplace_lite.zoo.external:gemma3", dp=1, pp=2, tp=2, points=["model.model.layers.1"],
+                 schedule="gpipe", check=True, timeout=900)
+    assert run["check"]["passed"], run["check"]

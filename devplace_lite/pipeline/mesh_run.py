@@ -83,14 +83,17 @@ def tp_stages(model: Any, micro: tuple, points: Sequence[str], tp: int) -> tuple
     ``(Split, TensorParallelPlan)``. Raises `UsageError` when degree ``tp`` does not split the
     groups found, in one line."""
     from .capture import exported_graph, fx_split
-    from .tensor_parallel import find, prepare
+    from .tensor_parallel import Refused, find, prepare
 
     gm = exported_graph(model, micro)
     plan = find(gm)
     why = plan.why_not(tp)
     if why:
         raise UsageError(why)
-    prepare(gm, plan)
+    try:
+        prepare(gm, plan)
+    except Refused as e:
+        raise UsageError(str(e)) from None
     split, _ = fx_split(gm, micro, points, replicate_parameters=True)
     return split, plan
 
@@ -354,6 +357,9 @@ def launch(model: str, *, dp: int, pp: int, tp: int, microbatches: int = 2, batc
     GraphError
         A rank failed or the run outlived ``timeout`` (one line).
     """
+    from ..schedules.simulate import spec
+    from ..zoo import load
+    from .capture import without_cache
     from .torchrun import run_ranks, torchrun_commands
 
     for name, v in (("dp", dp), ("pp", pp), ("tp", tp), ("microbatches", microbatches), ("steps", steps)):
@@ -362,25 +368,18 @@ def launch(model: str, *, dp: int, pp: int, tp: int, microbatches: int = 2, batc
     batch = dp * microbatches if batch is None else batch
     if batch % (dp * microbatches):
         raise UsageError(f"batch {batch} does not split into {dp} replicas x {microbatches} micro-batches")
-    from ..schedules.simulate import spec
-
     if not (spec(schedule).fixed and spec(schedule).per_rank == 1):
         raise UsageError(f"{schedule} puts several stages on a rank; this runner runs gpipe or 1f1b (one stage a rank)")
     if schedule == "1f1b" and microbatches < pp:
         raise UsageError(f"1f1b needs at least as many micro-batches as stages ({microbatches} < {pp})")
     if points is not None and len(points) != pp - 1:
         raise UsageError(f"{pp} stages need {pp - 1} split point(s), got {len(points)}")
-    from ..zoo import load
-    from .capture import exported_graph, without_cache
-    from .tensor_parallel import find
-
     built, inputs = load(model, batch=batch, seed=seed)  # refuse here, in one line, what every rank would
     without_cache(built)
-    why = find(exported_graph(built, tuple(t[: batch // (dp * microbatches)] for t in inputs))).why_not(tp)
-    if why:
-        raise UsageError(why)
-    if points is None:
-        even_points(built, pp)
+    cut = even_points(built, pp) if points is None else list(points)
+    split, _ = tp_stages(built, tuple(t[: batch // (dp * microbatches)] for t in inputs), cut, tp)
+    if split.num_stages != pp:
+        raise UsageError(f"split points {cut} give {split.num_stages} stages, not {pp}")
     world = dp * pp * tp
     with tempfile.TemporaryDirectory(prefix="devplace-mesh-") as out:
         script = Path(out, "run_mesh.py")
