@@ -172,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             except AttributeError:
                 continue
             mine[fqn] = ColwiseParallel() if style == "colwise" else RowwiseParallel()
-        shards = {f"{fqn}.{n}": (0 if mine[fqn].__class__ is ColwiseParallel else 1 if n == "weight" else None)
+        # the dimension each shard splits: a column module's weight and bias by output features, a
+        # row module's weight by input features (its bias is added once, whole)
+        shards = {f"{fqn}.{n}": 0 if styles[fqn] == "colwise" else 1 if n == "weight" else None
                   for fqn in mine for n, _ in mod.get_submodule(fqn).named_parameters()}
         parallelize_module(mod, mesh["tp"], mine)
         local_shards(mod)
