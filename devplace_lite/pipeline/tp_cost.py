@@ -12,8 +12,8 @@ through each device's link, in the forward; in training the backward sums the co
 gradients the same way, and its kernels take twice the forward's (the gradients of the input
 and of the weight).
 
-The link is the spec's ``link`` unless given: the host link of `AcceleratorSpec`; tensor
-parallelism within a node runs over NVLink, so a planner should pass that link's bandwidth.
+The link is the spec's unless given (`link_for`): NVLink while the ``t`` devices fit in one of the
+spec's nodes, the network between nodes beyond, the host link for a spec without either.
 
 Complexity: ``O(n)`` over the group's nodes per degree.
 
@@ -83,6 +83,19 @@ def allreduce_ms(nbytes: float, t: int, link: float) -> float:
     return 0.0 if t == 1 else 2.0 * (t - 1) / t * nbytes / link * 1e3
 
 
+def link_for(spec: AcceleratorSpec, t: int) -> float:
+    """Bytes/s each device's share of a ``t``-way all-reduce crosses on ``spec``'s cluster: NVLink
+    within a node (``t <= spec.node``), the network between nodes, else the host link.
+
+    >>> from devplace_lite.devices import SPECS
+    >>> link_for(SPECS["H100"], 8), link_for(SPECS["H100"], 16)
+    (450000000000.0, 50000000000.0)
+    """
+    if t <= spec.node and spec.nvlink:
+        return spec.nvlink
+    return spec.network or spec.link
+
+
 def group_cost(gm: fx.GraphModule, group: Group, t: int, spec: AcceleratorSpec, *, training: bool = True,
                link: float | None = None) -> dict[str, float]:
     """One device's time for ``group`` split over ``t`` devices on ``spec``: compute, all-reduce.
@@ -101,7 +114,7 @@ def group_cost(gm: fx.GraphModule, group: Group, t: int, spec: AcceleratorSpec, 
         Forward and backward (the backward's kernels twice the forward's, plus the all-reduce of
         the column inputs' gradients), else the forward alone.
     link : float, optional
-        Bytes/s of the link the all-reduce crosses (default ``spec.link``).
+        Bytes/s of the link the all-reduce crosses (default `link_for`).
 
     Returns
     -------
@@ -117,7 +130,7 @@ def group_cost(gm: fx.GraphModule, group: Group, t: int, spec: AcceleratorSpec, 
     if int(t) != t or t < 1 or any(s % t for s in group.sizes):
         raise ValueError(f"degree {t} does not split {group.column} -> {group.row} (sizes {sorted(group.sizes)})")
     fwd = roofline_ms(_kernels(gm, group, t), spec, ACC_KERNEL_OVERHEAD_MS)
-    link = spec.link if link is None else link
+    link = link_for(spec, t) if link is None else link
     comm = allreduce_ms(group.row_output_bytes, t, link)
     compute = fwd
     if training:
