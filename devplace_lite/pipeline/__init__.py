@@ -18,6 +18,9 @@
   one machine or several, with per-stage CPU times, memory and an exactness check;
 * `titan` — torchtitan's default split of a decoder LM, and a plan as torchtitan's job config
   (``devplace plan --emit torchtitan``);
+* `tensor_parallel`, `tp_cost`, `mesh_run` — tensor parallelism: Megatron's column-then-row
+  groups found on the exported graph, each degree's cost on a GPU's roofline, and a
+  dp x pp x tp run on torch's DeviceMesh, ``parallelize_module``, DDP and pipelining;
 * `resources` — how many ranks this machine can host (no torch needed on CPU);
 * `profile` — beside the road: the FLOP/bytes cost model that makes the layer- and
   operator-level graphs the partitioning chapters study (``devplace profile``, ``data/graphs``),
@@ -40,6 +43,7 @@ _WHERE = {
     "with_method": "planner", "with_stages": "planner", "even_split": "planner", "segment_profile": "planner",
     "launch": "torchrun", "ActivationMeter": "torchrun", "message_price": "calibrate",
     "torchtitan_split": "titan", "job_config": "titan",
+    "TensorParallelPlan": "tensor_parallel", "degree_costs": "tp_cost",
     "available_devices": "resources", "check_resources": "resources", "device_name": "resources",
 }
 

@@ -736,28 +736,37 @@ def launch(plan_path: str | Path, *, nodes: int = 1, steps: int = 3, warmup: int
         extra = ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads), "--out", out,
                  "--device", device, "--timeout", str(max(30.0, timeout))] + (["--check"] if check else [])
         cmds = torchrun_commands(script, p, nodes=nodes, extra=extra)
-        # the ranks import what this process can (a model module on a path a notebook added)
-        path = os.pathsep.join(dict.fromkeys([os.path.abspath(x or ".") for x in sys.path] +
-                                             [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
-        logs = [tempfile.TemporaryFile() for _ in cmds]
-        procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-                 for c, log in zip(cmds, logs)]
-        deadline = time.monotonic() + timeout
-        try:
-            for pr in procs:
-                pr.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _stop(procs)
-            raise GraphError(f"torchrun did not finish within {timeout:.0f} s (a stage stuck or a slow machine); "
-                             "raise the timeout") from None
-        finally:
-            _stop(procs)
-        texts = read_logs(logs)
-        if any(pr.returncode for pr in procs):
-            raise GraphError(f"torchrun failed: {_with_fix(rank_error(texts), plan['schedule'])}")
+        run_ranks(cmds, timeout=timeout, threads=threads, schedule=plan["schedule"])
         ranks = [json.loads((Path(out) / f"rank{r}.json").read_text()) for r in range(p)]
     return _gather(plan, ranks, cmds, nodes)
+
+
+def run_ranks(cmds: Sequence[Sequence[str]], *, timeout: float, threads: int = 1, schedule: str | None = None) -> None:
+    """Run the torchrun commands ``cmds`` (one per node) here, within ``timeout`` seconds, the
+    ranks seeing this process's import path and ``threads`` threads each. A stuck or failed run
+    is one `GraphError` line with the failing rank's last message (and, for a ``schedule``, the
+    way out where one is known)."""
+    # the ranks import what this process can (a model module on a path a notebook added)
+    path = os.pathsep.join(dict.fromkeys([os.path.abspath(x or ".") for x in sys.path] +
+                                         [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+    logs = [tempfile.TemporaryFile() for _ in cmds]
+    procs = [subprocess.Popen(list(c), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+             for c, log in zip(cmds, logs)]
+    deadline = time.monotonic() + timeout
+    try:
+        for pr in procs:
+            pr.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _stop(procs)
+        raise GraphError(f"torchrun did not finish within {timeout:.0f} s (a stage stuck or a slow machine); "
+                         "raise the timeout") from None
+    finally:
+        _stop(procs)
+    texts = read_logs(logs)
+    if any(pr.returncode for pr in procs):
+        why = rank_error(texts)
+        raise GraphError(f"torchrun failed: {_with_fix(why, schedule) if schedule else why}")
 
 
 def _with_fix(why: str, schedule: str) -> str:
