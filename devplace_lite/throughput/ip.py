@@ -52,7 +52,8 @@ the bound is the larger of the solver's and ``max(largest unit, total work / dev
 The contiguous flavour is first bounded by column generation over convex parts (``columns``,
 on by default there; `devplace_lite.throughput.columns`: no device labels, every part pays its
 own transfers), which usually proves the start within the gap by itself; it starts from the
-combinatorial bound of chapter 05 (valid for any split), and its bound is otherwise a row on ``T``. With ``dp_cut=True`` the chain flavour also takes the DP's proven
+combinatorial bound of chapter 05 (valid for any split), and its bound is otherwise a row on
+``T``. With ``dp_cut=True`` the chain flavour also takes the DP's proven
 optimum as a row on ``T``: the relaxation alone stays far below it on many identical devices
 (75 % on ResNet-50 layers with k = 8 after 60 s), and the DP proves the same model's optimum
 in milliseconds.
@@ -91,18 +92,17 @@ from ..units import UnitCosts, order_vertices, unit_graph
 from ..units import comm_pairs, memory_share, order_pairs
 from ..mip.solve import LinearModel, Solution, check_solver, solve
 
-KINDS = ("chain", "contiguous", "noncontiguous")
-_ALIASES = {"any": "noncontiguous", "noncontig": "noncontiguous", "contig": "contiguous"}
-#: Which splits of `devplace_lite.cost.split_kind` each flavour accepts (as a warm start).
 #: Share of the time limit the DP's warm start may take. Its split is the incumbent every bound is
 #: measured against, and neither the column stage nor the IP improved it within a minute on the
 #: authors' layer graphs (`benchmarks/mip/front_door.py`). The DP needs 2.5-5.2 CPU s on
 #: Inception-v3 training; at 0.2 of 60 s wall under load it missed its share, and the linearised
-#: split left 1-3 % more of the gap open. At 0.6 it still missed under load 16 on two cores (4 CPU
-#: s per command) and the command overran its limit by 2-8 s (the DP checks its deadline between
-#: chunks), so 0.4.
+#: split left 1-3 % more of the gap open. At 0.6 it missed as often as at 0.4 under load 16 on two
+#: cores (4-5 CPU s per command), so the column stage keeps the larger rest.
 WARM_SHARE = 0.4
 
+KINDS = ("chain", "contiguous", "noncontiguous")
+_ALIASES = {"any": "noncontiguous", "noncontig": "noncontiguous", "contig": "contiguous"}
+#: Which splits of `devplace_lite.cost.split_kind` each flavour accepts (as a warm start).
 _ACCEPTS = {"chain": {"chain"}, "contiguous": {"chain", "contiguous"},
             "noncontiguous": {"chain", "contiguous", "none"}}
 
