@@ -145,3 +145,20 @@ def test_layered_fifty_at_eight_accelerators_closes():
     d = dp(g, c)
     cb = column_bound(g, c, upper=d.objective, gap=0.01, time_limit=120)
     assert cb.exact and cb.bound >= 0.99 * d.objective
+
+
+@settings(max_examples=40, **SLOW)
+@given(SEEDS)
+def test_contiguous_ip_out_of_time_keeps_the_combinatorial_bound(seed):
+    """With no time for the column LP or the IP, the bound is still chapter 05's combinatorial
+    bound (computed before the column stage), and never above the contiguous optimum."""
+    from devplace_lite.throughput.bounds import combinatorial_bound
+
+    g, c = instance(seed, training=seed % 2 == 0)
+    truth = exhaustive(g, c, kind="contiguous")
+    if truth.status == "infeasible":
+        return
+    r = throughput_ip(g, c, "contiguous", time_limit=1e-3)
+    comb = combinatorial_bound(g, c).bound
+    assert r.bound >= comb * (1 - 1e-9) - 1e-12, (r.bound, comb, r.extra)
+    assert r.bound <= truth.objective * (1 + 1e-9) + 1e-12
