@@ -678,6 +678,6 @@ def describe(bwrap: str | None, limits: Limits) -> str:
     cg = f"cgroup {probe.kind} for memory and processes of the whole tree" if probe.active else \
         f"no cgroup ({probe.why_not}): memory is limited per process only"
     probe.close()
-    return (f"sandbox: {version}, no network, only the library and the one submission visible; limits: "
+    return (f"sandbox: {version}, no network, only the library, the course and the one submission visible; limits: "
             f"{limits.memory_mb} MB memory, {limits.processes} processes, {limits.file_mb} MB per file, "
             f"{limits.scratch_mb} MB scratch, {limits.output_kb} KB output; {cg}")
