@@ -54,51 +54,51 @@ test-chapters: $(STAMP) $(NOTEBOOKS)
 # book from those notebooks into build/book/_build/html (warnings fail the build).
 EXECUTED := build/executed/full/.done
 $(EXECUTED): $(CHAPTERS) $(STAMP)
-	$(BIN)/python -m devplace_lite.course.book notebooks
+	$(BIN)/python -m devplace_course.book notebooks
 	touch $@
 
 book: $(EXECUTED)
-	$(BIN)/python -m devplace_lite.course.book html
+	$(BIN)/python -m devplace_course.book html
 
 # The same book with every chapter run in FAST mode (DEVPLACE_FAST=1, as make test runs them), into
 # build/executed/fast and build/book/_build/html: a quick look at every page.
 book-fast: $(STAMP)
-	$(BIN)/python -m devplace_lite.course.book notebooks --fast
-	$(BIN)/python -m devplace_lite.course.book html --fast
+	$(BIN)/python -m devplace_course.book notebooks --fast
+	$(BIN)/python -m devplace_course.book html --fast
 
 # The executed .ipynb of every chapter and of the student edition (build/executed/full and
 # build/executed/full/student), as Colab and Binder open them.
 notebooks: $(STAMP)
-	$(BIN)/python -m devplace_lite.course.book notebooks --student
+	$(BIN)/python -m devplace_course.book notebooks --student
 	touch $(EXECUTED) $(STUDENT_EXECUTED)
 
 # The whole book as one PDF (build/devplace_lite.pdf): the single-page HTML printed by Chromium
 # (found on the PATH, or Debian's chromium package installed when running as root; otherwise it
 # stops with one line naming the package). Fails when anything is wider than the page.
 pdf: $(EXECUTED)
-	$(BIN)/python -m devplace_lite.course.book pdf
+	$(BIN)/python -m devplace_course.book pdf
 
 # The course edition: the book without solutions and rubrics (checks kept, exercises as stubs),
 # executed full size, as HTML (build/book-student/_build/html) and PDF (build/devplace_lite-student.pdf).
 STUDENT_EXECUTED := build/executed/full/student/.done
-$(STUDENT_EXECUTED): $(CHAPTERS) $(STAMP) devplace_lite/course/student.py
-	$(BIN)/python -m devplace_lite.course.book notebooks --edition student
+$(STUDENT_EXECUTED): $(CHAPTERS) $(STAMP) devplace_course/student.py
+	$(BIN)/python -m devplace_course.book notebooks --edition student
 	touch $@
 
 student-book: $(STUDENT_EXECUTED)
-	$(BIN)/python -m devplace_lite.course.book html --edition student
-	$(BIN)/python -m devplace_lite.course.book pdf --edition student
+	$(BIN)/python -m devplace_course.book html --edition student
+	$(BIN)/python -m devplace_course.book pdf --edition student
 
 # The authors' published workloads and Piper's inputs (MIT) from their public repositories into
 # build/reference; then export DEVPLACE_REFERENCE=$(CURDIR)/build/reference/msr-dnn-partitioning
 # and DEVPLACE_PIPER=$(CURDIR)/build/reference/msr-piper
 reference: $(STAMP)
-	$(BIN)/python -m devplace_lite.course.reference build/reference/msr-dnn-partitioning
-	$(BIN)/python -m devplace_lite.course.reference --piper build/reference/msr-piper
+	$(BIN)/python -m devplace_course.reference build/reference/msr-dnn-partitioning
+	$(BIN)/python -m devplace_course.reference --piper build/reference/msr-piper
 
 # The student edition: solutions replaced by stubs, checks kept (build/student/chapters and /notebooks).
 student: $(STAMP)
-	$(BIN)/python -m devplace_lite.course.student chapters build/student
+	$(BIN)/python -m devplace_course.student chapters build/student
 
 # Execute the student edition (FAST): unattempted exercises report "not attempted", nothing breaks.
 test-student: student
@@ -119,7 +119,7 @@ lab-student: student
 
 # Regenerate data/graphs/ byte for byte from the project's own generators and model zoo.
 data: $(STAMP)
-	$(BIN)/python -m devplace_lite.course.data_build data/graphs
+	$(BIN)/python -m devplace_course.data_build data/graphs
 
 bench: $(STAMP) $(AOT)
 	$(BIN)/python -m benchmarks.run_all

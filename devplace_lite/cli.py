@@ -2,7 +2,10 @@
 
 Every command is a module of `devplace_lite.commands` (``HELP``, ``add_arguments(parser)``,
 ``run(args) -> int``), imported only for its own command so that the non-torch commands never
-import torch; this module parses, runs the one command, and keeps the promises below. The
+import torch; another installed package adds a command with a module of the same shape, named
+in the entry-point group ``devplace_lite.commands`` (the course's ``devplace grade``, from
+`devplace_course`: the library never imports it). This module parses, runs the one command,
+and keeps the promises below. The
 answers come from the library (`devplace_lite.solve` for ``partition``, ``latency``, ``bound``).
 
 Errors: one line on stderr naming the problem, exit status 2, no traceback. Ctrl-C ends with
@@ -26,6 +29,7 @@ import sys
 import threading
 import time
 import warnings
+from importlib.metadata import entry_points
 from typing import Iterator, Sequence
 
 from . import progress
@@ -37,10 +41,31 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message if self.prog == "devplace" else f"{self.prog}: {message}")
 
 
-def _plugins() -> list[str]:
+#: The entry-point group in which another package names its commands' modules.
+GROUP = "devplace_lite.commands"
+
+
+def _plugins() -> dict[str, str]:
+    """Every command by its name on the command line, with the module that holds it: the
+    library's own, then those other installed packages register in `GROUP` (one of the
+    library's names cannot be taken over)."""
     from . import commands
 
-    return sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
+    own = {m.name.replace("_", "-"): f"devplace_lite.commands.{m.name}"
+           for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")}
+    extra = {ep.name: ep.value for ep in entry_points(group=GROUP) if ep.name not in own}
+    return dict(sorted({**extra, **own}.items()))
+
+
+def _load(cmd: str, module: str):
+    """The module of command ``cmd``; a `UsageError` when the package that registered it is gone."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if module.startswith("devplace_lite.") or e.name is None or not module.startswith(e.name):
+            raise  # a missing dependency of an installed command is that command's error, not this one
+        raise UsageError(f"{cmd}: its package {e.name} is registered but not importable; reinstall it "
+                         "(in a clone of the project: pip install -e .)") from None
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -50,12 +75,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     # plugins: only the one named on the command line is imported (with its heavy dependencies);
     # all of them when none is named, for the help's list of commands
     wanted = next((a for a in (argv or []) if not a.startswith("-")), None)
-    for name in _plugins():
-        cmd = name.replace("_", "-")
+    for cmd, module in _plugins().items():
         if wanted not in (cmd, None):
             sub.add_parser(cmd).add_argument("rest", nargs=argparse.REMAINDER)
             continue
-        mod = importlib.import_module(f"devplace_lite.commands.{name}")
+        mod = _load(cmd, module)
         s = sub.add_parser(cmd, help=mod.HELP)
         mod.add_arguments(s)
         s.set_defaults(func=mod.run)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from devplace_lite.course import reference
+from devplace_course import reference
 
 ROOT = Path(__file__).resolve().parent.parent
 #: DEVPLACE_REFERENCE, else ../shared/reference/msr-dnn-partitioning; a path that holds nothing when neither does
@@ -38,7 +38,7 @@ def bwrap() -> str:
     import shutil
     import subprocess
 
-    from devplace_lite.course.exercises.sandbox import SandboxUnavailable, require_sandbox
+    from devplace_course.exercises.sandbox import SandboxUnavailable, require_sandbox
 
     if shutil.which("bwrap") is None:
         if not shutil.which("apt-get"):

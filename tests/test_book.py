@@ -1,7 +1,7 @@
 """The rendered book: every page of the table of contents, built in FAST mode, opened in headless
 Chromium, as a reader sees it.
 
-The book is built once per session, the way ``make book`` builds it (``devplace_lite.course.book``):
+The book is built once per session, the way ``make book`` builds it (``devplace_course.book``):
 every chapter executed two at a time in FAST mode, **with two busy processes beside them** (so
 every assert cell of every chapter runs once on a loaded 2-core machine), then ``jupyter-book
 build`` on the executed notebooks. Each page must show
@@ -16,18 +16,18 @@ build`` on the executed notebooks. Each page must show
 * no table, formula, code block or output wider than its column (``scrollWidth > clientWidth``,
   or reaching past the text column), at a desktop's width and at a small laptop's;
 * no path of the machine that built it;
-* every interactive figure (`devplace_lite.course.interactive`) moving: each control labelled
+* every interactive figure (`devplace_course.interactive`) moving: each control labelled
   and moved with the keyboard, the figure at each setting the library's recorded answer, the
   page under 2 MB.
 
-The book is built the way a newcomer builds it: ``python -m devplace_lite.course.book html`` and
+The book is built the way a newcomer builds it: ``python -m devplace_course.book html`` and
 ``pdf`` run in a copy of this checkout whose ``origin`` is a local path (a clone of a clone), so
 a repository address the theme cannot parse fails the test. Smaller builds check the launch
 links (Colab, Binder) of a GitHub address and that another host, or no git at all, still
 builds. The PDF is measured the same way, laid out with print styles at the page's width.
 
 One screenshot per page lands in ``build/screens/``. Chromium is Debian's ``chromium`` package,
-installed here when missing and running as root (apt-get, `devplace_lite.course.book.ensure_chromium`);
+installed here when missing and running as root (apt-get, `devplace_course.book.ensure_chromium`);
 the test skips, saying why, only where it cannot be installed.
 """
 
@@ -48,8 +48,8 @@ import pytest
 
 pytest.importorskip("yaml", reason="PyYAML comes with jupyter-book (the book extra)")
 
-from devplace_lite.course import book as bk  # noqa: E402
-from devplace_lite.course import notebook as bk_nb  # noqa: E402
+from devplace_course import book as bk  # noqa: E402
+from devplace_course import notebook as bk_nb  # noqa: E402
 
 ROOT = bk.ROOT
 CHAPTERS = bk.CHAPTERS
@@ -61,7 +61,7 @@ STAND_IN_REPO = "https://github.com/devplace-lite-stand-in/devplace_lite"
 ERROR_SELECTOR = ".output.traceback, .output.error, div.traceback"
 NOTEBOOK_PAGES = bk.notebook_pages()
 #: A chapter's first code cell, one line: the library, the notebook helper, FAST and the seeded generator.
-OPENING = "import devplace_lite as dl, devplace_lite.course.notebook as nb; FAST, rng = nb.start()"
+OPENING = "import devplace_lite as dl, devplace_course.notebook as nb; FAST, rng = nb.start()"
 
 
 BUSY = 2
@@ -187,13 +187,13 @@ def checkout_copy(dest: Path, origin: str | None) -> Path:
 
 
 def book_command(checkout: Path, *args: str, url: str | None = None, timeout: int = 1800) -> subprocess.CompletedProcess:
-    """``python -m devplace_lite.course.book ARGS --fast`` in ``checkout``, with its own copy of the
+    """``python -m devplace_course.book ARGS --fast`` in ``checkout``, with its own copy of the
     library (what ``make book`` and ``make pdf`` run there)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DEVPLACE_REPO_URL", "DEVPLACE_REPO_REF")}
     env["PYTHONPATH"] = str(checkout)
     if url:
         env["DEVPLACE_REPO_URL"] = url
-    return subprocess.run([sys.executable, "-m", "devplace_lite.course.book", *args, "--fast"], cwd=checkout, env=env,
+    return subprocess.run([sys.executable, "-m", "devplace_course.book", *args, "--fast"], cwd=checkout, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -307,7 +307,7 @@ def test_toc_names_existing_files():
 def test_chapters_use_the_book_style(name):
     text = (CHAPTERS / f"{name}.md").read_text(encoding="utf-8")
     if re.search(r"\bplt\.|matplotlib", text):
-        assert "nb.start()" in text, f"{name} draws figures but never calls devplace_lite.course.notebook.start()"
+        assert "nb.start()" in text, f"{name} draws figures but never calls devplace_course.notebook.start()"
 
 
 #: The widest code line a reader sees: the page shows a code cell in a box about 88-95 monospace
@@ -371,7 +371,7 @@ def test_student_notebooks_install_the_library_first(tmp_path):
     front; its MyST chapters, like the book's, do not."""
     import jupytext
 
-    from devplace_lite.course.student import make_student
+    from devplace_course.student import make_student
 
     make_student(CHAPTERS, tmp_path / "edition")
     for name in NOTEBOOK_PAGES:
@@ -408,7 +408,7 @@ def test_install_cell_installs_from_a_repository_url(tmp_path):
     r = subprocess.run([sys.executable, "-S", "-c", cell], env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert (target / "devplace_lite" / "graph.py").exists() and (target / "devplace_lite" / "course" / "book.py").exists()
+    assert (target / "devplace_lite" / "graph.py").exists() and (target / "devplace_course" / "book.py").exists()
     dist = list(target.glob("devplace_lite-*.dist-info"))
     assert dist and "file://" in (dist[0] / "direct_url.json").read_text()
 
@@ -446,7 +446,7 @@ def test_executing_a_chapter_prints_no_kernel_warning(tmp_path):
     md.write_text("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
                   "kernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n"
                   "# Tiny\n\n```{code-cell} ipython3\nprint(6 * 7)\n```\n")
-    script = ("import sys; from pathlib import Path; from devplace_lite.course import book as bk; "
+    script = ("import sys; from pathlib import Path; from devplace_course import book as bk; "
               "p = Path(sys.argv[1]); sys.exit(bk.execute(p, p.with_suffix('.ipynb'), bk.kernel_env(True), p.parent) is not None)")
     r = subprocess.run([sys.executable, "-c", script, str(md)], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -558,10 +558,10 @@ def test_nothing_wider_than_its_column_on_a_laptop(book, browser, name):
 
 @pytest.mark.slow
 def test_student_edition_has_no_solutions_and_no_rubrics(book, browser, tmp_path):
-    """`html --edition student`, on two chapters: the student edition (devplace_lite.course.student),
+    """`html --edition student`, on two chapters: the student edition (devplace_course.student),
     executed, built with its own title; no solution, no answer sketch, no rubric on the page,
     the exercises' checks say "not attempted", and nothing is wider than its column."""
-    from devplace_lite.course.student import make_student
+    from devplace_course.student import make_student
 
     chapters = ["00_preface", "01_placement_problem"]
     edition = tmp_path / "student"
@@ -586,7 +586,7 @@ def test_student_edition_has_no_solutions_and_no_rubrics(book, browser, tmp_path
     assert "not attempted" in info["text"] and not problems(info), "; ".join(problems(info))
 
 
-#: The interactive figures (`devplace_lite.course.interactive`) each page must show, by id.
+#: The interactive figures (`devplace_course.interactive`) each page must show, by id.
 INTERACTIVE = {"01_placement_problem": {"fig-01-bubble"}, "02_dp_over_ideals": {"fig-02-split"},
                "08_torch_pipeline": {"fig-08-schedules"}, "09_parallelism": {"fig-09-plan"}}
 #: The most a page may weigh: its HTML and the figures it loads (the theme and MathJax, shared, aside).
@@ -755,7 +755,7 @@ def test_interactive_figures_move(book, browser, name):
 def test_figure_check_catches_a_wrong_figure(browser, tmp_path):
     """The figure check can fail: a page whose frames differ from the recorded ones (a value, a
     caption, a box), and a control without a label, are each caught."""
-    from devplace_lite.course.interactive import Control, Figure, panel, readout
+    from devplace_course.interactive import Control, Figure, panel, readout
 
     fig = Figure("fig-test", [Control("m", "micro-batches", [1, 2, 3], default=2)])
     for m in (1, 2, 3):

@@ -168,3 +168,72 @@ def test_a_latency_bound_past_the_reachability_limit_keeps_the_cheap_bounds(caps
     assert code == 0, err
     assert ans["bound"] == pytest.approx(cheap)
     assert ans["bound_method"] in ("critical-path", "work")
+
+
+# -- commands other packages register (the course's `devplace grade`) ------------------------------
+def _registered(monkeypatch, tmp_path, **commands: str) -> None:
+    """Make `devplace_lite.cli` find ``commands`` (name -> module) in its entry-point group, as an
+    installed package's metadata would list them."""
+    from importlib.metadata import EntryPoint
+
+    import devplace_lite.cli as cli
+
+    eps = [EntryPoint(name, module, cli.GROUP) for name, module in commands.items()]
+    monkeypatch.setattr(cli, "entry_points", lambda group: [e for e in eps if e.group == group])
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_command_registered_by_another_package_runs(monkeypatch, tmp_path, capsys):
+    (tmp_path / "elsewhere_cmd.py").write_text(
+        "HELP = 'a command from elsewhere'\n"
+        "def add_arguments(p):\n    p.add_argument('word')\n"
+        "def run(args):\n    print('said', args.word)\n    return 0\n")
+    _registered(monkeypatch, tmp_path, hello="elsewhere_cmd", evaluate="elsewhere_cmd")
+    assert main(["hello", "there"]) == 0
+    assert capsys.readouterr().out == "said there\n"
+    from devplace_lite.cli import _plugins
+
+    assert _plugins()["evaluate"] == "devplace_lite.commands.evaluate"  # the library's own cannot be taken over
+
+
+def test_the_help_lists_a_registered_command(monkeypatch, tmp_path, capsys):
+    (tmp_path / "elsewhere_cmd2.py").write_text(
+        "HELP = 'a command from elsewhere'\ndef add_arguments(p):\n    pass\ndef run(args):\n    return 0\n")
+    _registered(monkeypatch, tmp_path, hello2="elsewhere_cmd2")
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert "hello2" in capsys.readouterr().out
+
+
+def test_a_registered_command_whose_package_is_gone_is_one_line_exit_2(monkeypatch, tmp_path, capsys):
+    _registered(monkeypatch, tmp_path, gone="no_such_package_anywhere.cmd")
+    assert main(["gone"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no_such_package_anywhere" in err and "pip install" in err
+
+
+def test_without_the_course_grade_is_no_command(monkeypatch, tmp_path, capsys):
+    """The library installed alone: `devplace grade` is argparse's one line, exit 2."""
+    _registered(monkeypatch, tmp_path)
+    assert main(["grade", "--list"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid choice: 'grade'" in err
+
+
+def test_the_project_registers_the_courses_grade():
+    """What pyproject.toml declares is what an install registers: `devplace grade` from the course,
+    a module of the commands' shape."""
+    import importlib
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11
+
+    from devplace_lite.cli import GROUP
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    declared = meta["project"]["entry-points"][GROUP]
+    assert declared == {"grade": "devplace_course.grade"}
+    mod = importlib.import_module(declared["grade"])
+    assert isinstance(mod.HELP, str) and callable(mod.add_arguments) and callable(mod.run)
+    assert any(p.startswith("devplace_course") for p in meta["tool"]["setuptools"]["packages"]["find"]["include"])

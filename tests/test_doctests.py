@@ -1,4 +1,5 @@
-"""Every example in the library's docstrings runs and prints what it says (doctest).
+"""Every example in the docstrings of the library and of the course beside it runs and prints
+what it says (doctest).
 
 One test per module, so `make test` runs them all; modules that need torch are skipped with
 the reason when torch is absent.
@@ -12,21 +13,24 @@ import importlib.util
 
 import pytest
 
-from test_layers import MODULES
+from test_layers import COURSE, MODULES, PKG
 
-TORCH_MODULES = ("zoo", "profile", "pipeline", "rl", "commands.plan", "commands.profile", "commands.place_rl",
-                 "course.data_build", "multidim.run")
+TORCH_MODULES = tuple(f"devplace_lite.{m}" for m in ("zoo", "profile", "pipeline", "rl", "commands.plan", "commands.profile",
+                                                     "commands.place_rl", "multidim.run")) + (f"{COURSE}.data_build",)
+#: The course's modules, named as the library's are (a package's ``__init__`` by the package).
+COURSE_MODULES = sorted(".".join(p.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__")
+                        for p in (PKG.parent / COURSE).rglob("*.py"))
 
 
-@pytest.mark.parametrize("mod", sorted(m for m in MODULES if m))
+@pytest.mark.parametrize("mod", sorted(f"devplace_lite.{m}" for m in MODULES if m) + COURSE_MODULES)
 def test_docstring_examples(mod):
     if mod.startswith(TORCH_MODULES) and importlib.util.find_spec("torch") is None:
         pytest.skip("needs torch")
-    module = importlib.import_module(f"devplace_lite.{mod}")
+    module = importlib.import_module(mod)
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     report: list[str] = []
-    for t in finder.find(module, f"devplace_lite.{mod}"):
+    for t in finder.find(module, mod):
         if t.examples:
             runner.run(t, out=report.append)
     result = runner.summarize(verbose=False)

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from devplace_lite.schedules import timeline as schedule
-from devplace_lite.course.exercises import check, exercises, get, instance
-from devplace_lite.course.exercises.core import Case, Exercise, close, exact, register
+from devplace_course.exercises import check, exercises, get, instance
+from devplace_course.exercises.core import Case, Exercise, close, exact, register
 from devplace_lite.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent

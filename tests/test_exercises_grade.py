@@ -19,8 +19,8 @@ import nbformat
 import pytest
 
 from devplace_lite.cli import main
-from devplace_lite.course.exercises import exercises
-from devplace_lite.course.exercises.grading import Plan, csv_text, discover, grade_folder, resolve_seed, results_paths, table
+from devplace_course.exercises import exercises
+from devplace_course.exercises.grading import Plan, csv_text, discover, grade_folder, resolve_seed, results_paths, table
 
 CH01 = exercises("01")
 SEED = 20260907
@@ -262,7 +262,7 @@ def test_cli_bad_input_is_one_line_and_status_2(tmp_path, capsys):
 def small_class(tmp_path, monkeypatch):
     """Two submissions, a course naming a seed file, a FIFO; grading itself fails the test (every
     refusal below must come before any work)."""
-    import devplace_lite.course.exercises.grading as grading
+    import devplace_course.exercises.grading as grading
 
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -321,7 +321,7 @@ def test_results_json_names_one_file_per_submission():
 def test_grade_writes_its_outputs_as_every_command_does(tmp_path, monkeypatch, capsys):
     """Atomic, keeping a replaced file's mode, through a symbolic link, no file left beside it
     (graded unsandboxed: what is tested is the writing)."""
-    import devplace_lite.course.exercises.sandbox as sandbox
+    import devplace_course.exercises.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
     subs = tmp_path / "subs"
@@ -343,7 +343,7 @@ def test_grade_writes_its_outputs_as_every_command_does(tmp_path, monkeypatch, c
 
 
 def test_refuses_to_grade_without_bwrap_unless_told(tmp_path, monkeypatch, capsys):
-    import devplace_lite.course.exercises.sandbox as sandbox
+    import devplace_course.exercises.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
     (tmp_path / "good.py").write_text(GOOD)
@@ -361,7 +361,7 @@ def test_pytest_plugin_selects_exercises(tmp_path, bwrap):
     (subs / "good.py").write_text(GOOD)
     (subs / "wrong.py").write_text(WRONG)
     report = tmp_path / "grades.xml"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "devplace_lite.course.exercises.pytest_plugin", str(subs),
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "devplace_course.exercises.pytest_plugin", str(subs),
                         "--grade-exercise", "01.2", "--grade-exercise", "01.4", "--grade-seed", "31",
                         "--grade-timeout", "20", f"--junitxml={report}", "-q", "-p", "no:cacheprovider",
                         "-p", "no:randomly", "--rootdir", str(tmp_path)],
@@ -384,7 +384,7 @@ def test_the_exercise_clock_runs_for_loops_and_sleeps_but_not_for_a_busy_machine
     """The grader's budgets run on `RunClock`: a make test beside two busy loops timed out a quick
     answer on wall time. Here a worker shares one CPU with two busy loops: its clock runs at its
     share of the CPU (about a third), while a sleeping worker's clock runs with the wall."""
-    from devplace_lite.course.exercises.sandbox import RunClock
+    from devplace_course.exercises.sandbox import RunClock
 
     loop = [sys.executable, "-c", "while True: pass"]
     pin = lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # noqa: E731 - one CPU for all
@@ -438,7 +438,7 @@ def test_a_terminated_grader_ends_its_sandboxes_instead_of_waiting_for_them(tmp_
         workers: list = []
         for _ in range(600):  # until the submission's worker runs (its loop then holds the exercise)
             kids = psutil.Process(proc.pid).children(recursive=True)
-            workers = [k for k in kids if "devplace_lite.course.exercises.worker" in _cmdline(psutil, k)]
+            workers = [k for k in kids if "devplace_course.exercises.worker" in _cmdline(psutil, k)]
             if workers or proc.poll() is not None:
                 break
             time.sleep(0.2)
@@ -456,17 +456,18 @@ def test_a_terminated_grader_ends_its_sandboxes_instead_of_waiting_for_them(tmp_
 
 
 def _private_checkout(root: Path, umask_077: bool) -> Path:
-    """A copy of this package as a checkout inside a folder only its owner may enter (``mktemp -d``;
+    """A copy of the library and the course as a checkout inside a folder only its owner may enter (``mktemp -d``;
     root's home), its own files readable by all as ``git clone`` makes them, or (``umask_077``)
     only by their owner. Returns the folder to put on ``PYTHONPATH``."""
     import shutil
 
+    import devplace_course
     import devplace_lite
 
     top = root / "a private folder"  # a space in the path too
     src = top / "my checkout"
-    shutil.copytree(Path(devplace_lite.__file__).parent, src / "devplace_lite",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in (devplace_lite, devplace_course):  # the library and the course beside it, as a clone has them
+        shutil.copytree(Path(package.__file__).parent, src / package.__name__, ignore=shutil.ignore_patterns("__pycache__"))
     for path in [*top.rglob("*")] if umask_077 else []:
         path.chmod(0o700 if path.is_dir() else 0o600)
     top.chmod(0o700)
@@ -517,7 +518,7 @@ def test_the_sandbox_refuses_a_checkout_others_cannot_read_naming_the_fix(tmp_pa
 def test_a_worker_that_cannot_start_is_the_graders_error_not_a_zero(tmp_path, monkeypatch, capsys):
     """A worker that dies before it is ready (here: its Python cannot start) stops grading with
     exit status 2 and one line; no submission is reported crashed, no grade sheet written."""
-    import devplace_lite.course.exercises.sandbox as sandbox
+    import devplace_course.exercises.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
     monkeypatch.setattr(sandbox.sys, "executable", "/bin/false")

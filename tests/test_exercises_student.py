@@ -11,8 +11,8 @@ import jupytext
 import nbformat
 import pytest
 
-from devplace_lite.course.exercises import exercises
-from devplace_lite.course.student import make_student, stub_source, student_notebook
+from devplace_course.exercises import exercises
+from devplace_course.student import make_student, stub_source, student_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"

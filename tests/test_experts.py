@@ -1,5 +1,5 @@
-"""The experts' splits against the optimum (`devplace_lite.course.experts`) and ``devplace evaluate
---compare``: checked against loads and chain tests written here from the model alone, against
+"""The experts' splits against the optimum (`devplace_course.experts`) and ``devplace evaluate
+--compare`` (`devplace_lite.commands.evaluate`): checked against loads and chain tests written here from the model alone, against
 every chain split of small graphs, and on the authors' published expert files when present."""
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devplace_lite.cli import main
+from devplace_lite.commands.evaluate import compare_with, placement_owner
 from devplace_lite.devices import Cluster
-from devplace_lite.course.experts import BASELINES, bottleneck, compare_expert, compare_with, placement_owner, published
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph
 from devplace_lite.io import load_graph, load_placement, save_graph
 from devplace_lite.cost import evaluate
 from devplace_lite.dag import topological_order
+from devplace_course.experts import BASELINES, bottleneck, compare_expert, published
 
 #: The expert's max load over the DP optimum on each published workload, as the issue measured
 #: it with `devplace evaluate` and `devplace partition --method dp` (two decimals).

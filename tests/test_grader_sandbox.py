@@ -26,7 +26,7 @@ import jupytext
 import nbformat
 import pytest
 
-from devplace_lite.course.exercises import exercises
+from devplace_course.exercises import exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_KEY = "FAKE-PRIVATE-KEY-f00dfeed"
@@ -49,7 +49,7 @@ HONEST = chapter_solutions("01")
 COPY = textwrap.dedent('''
     from devplace_lite.cost import max_load as load_of
     from devplace_lite.schedules import timeline as schedule
-    from devplace_lite.course.exercises.ch01 import fewest_microbatches as reference
+    from devplace_course.exercises.ch01 import fewest_microbatches as reference
 
     def my_max_load(graph, cluster, assignment):
         return load_of(graph, cluster, assignment)
@@ -309,7 +309,7 @@ DODGES = {
     "getattr.py": ("import importlib\ndef my_max_load(g, cl, a):\n    m = importlib.import_module('devplace_lite.' + 'co' + 'st')\n"
                    "    return getattr(m, 'max_' + 'load')(g, cl, a)\n"),
     "dunder.py": "def my_max_load(g, cl, a):\n    return __import__('devplace_lite.cost', fromlist=['x']).evaluate(g, cl, a).max_load\n",
-    "registry.py": "from devplace_lite.course.exercises import get\ndef my_max_load(g, cl, a):\n    return get('01.2').reference(g, cl, a)\n",
+    "registry.py": "from devplace_course.exercises import get\ndef my_max_load(g, cl, a):\n    return get('01.2').reference(g, cl, a)\n",
     "helper.py": "from devplace_lite.cost import device_loads\ndef _h(g, cl, a):\n    c, m = device_loads(g, cl, a)\n    return (c + m).max()\n"
                  "def my_max_load(g, cl, a):\n    return float(_h(g, cl, a))\n",
     "patchback.py": ("import devplace_lite.cost as c\ndef my_max_load(g, cl, a):\n    try:\n        c.max_load.__code__ = c.device_loads.__code__\n"
@@ -326,7 +326,7 @@ DODGES = {
 
 @pytest.fixture(scope="module")
 def dodges(tmp_path_factory, bwrap):
-    from devplace_lite.course.exercises.grading import Plan, grade_folder
+    from devplace_course.exercises.grading import Plan, grade_folder
 
     folder = tmp_path_factory.mktemp("dodges")
     for name, text in DODGES.items():
@@ -349,7 +349,7 @@ def test_static_inspection_reads_aliases_strings_and_pasted_code():
     import inspect
 
     from devplace_lite import cost
-    from devplace_lite.course.exercises.guard import inspect_statically
+    from devplace_course.exercises.guard import inspect_statically
 
     def report(src: str, patterns=("devplace_lite.cost:max_load",)):
         import ast
@@ -377,7 +377,7 @@ def test_the_books_own_solutions_pass_and_none_is_flagged(tmp_path, bwrap):
     """Each chapter, handed in as a notebook, is graded 1.00 on its own exercises: the sandbox gives
     the solutions what they need, and the copy guard does not mistake a library helper the
     exercise allows for the answer."""
-    from devplace_lite.course.exercises.grading import Plan, grade_folder
+    from devplace_course.exercises.grading import Plan, grade_folder
 
     chapters = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.md"))
     for md in chapters:
@@ -395,7 +395,7 @@ def test_an_environment_under_tmp_is_bound_over_the_private_tmp(monkeypatch):
     """A checkout or virtualenv under /tmp (a CI clone, say) must stay visible: the sandbox's own
     /tmp is mounted first and the Python folders over it (the other order hid the interpreter:
     'bwrap: execvp /tmp/.../.venv/bin/python: No such file or directory', every submission 0)."""
-    from devplace_lite.course.exercises import sandbox
+    from devplace_course.exercises import sandbox
 
     monkeypatch.setattr(sandbox, "python_paths", lambda: [Path("/tmp/ci/repo/.venv"), Path("/tmp/ci/repo/devplace_lite")])
     monkeypatch.setattr(sandbox, "_namespaces", lambda bwrap: [])

@@ -1,4 +1,4 @@
-"""The interactive figures' Python side (`devplace_lite.course.interactive`): a figure refuses a
+"""The interactive figures' Python side (`devplace_course.interactive`): a figure refuses a
 control whose default it cannot show and a grid with a setting left out, its page holds every
 frame exactly (readout values unrounded, the JSON safe inside a script element), and its
 picture is the default frame. The browser side is tests/test_book.py's."""
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from devplace_lite.course.interactive import Control, Figure, gantt_panel, panel, readout
+from devplace_course.interactive import Control, Figure, gantt_panel, panel, readout
 from devplace_lite.errors import UsageError
 
 

@@ -31,10 +31,13 @@ LAYERS = [
     {"throughput"},                                      # the max-load problem: methods and bounds
     {"single_sample", "schedules", "multidim", "rl"},    # problems that build on it
     {"solve"},                                           # the front door: budget, certificate, status
-    {"", "cli", "commands", "pipeline", "zoo", "course"},  # what users, chapters and the course call
+    {"", "cli", "commands", "pipeline", "zoo"},          # what users, chapters and the course call
 ]
 #: The rooms: subpackages named after the problem they solve (docs/design.md says why each).
-ROOMS = ("throughput", "single_sample", "schedules", "multidim", "rl", "pipeline", "course", "mip", "commands", "zoo")
+ROOMS = ("throughput", "single_sample", "schedules", "multidim", "rl", "pipeline", "mip", "commands", "zoo")
+#: The course (book build, student edition, grader) is a package of its own beside the library: it
+#: imports the library, never the reverse.
+COURSE = "devplace_course"
 
 
 def _modules() -> dict[str, Path]:
@@ -143,7 +146,7 @@ def test_the_package_root_holds_the_core_and_the_rooms_only():
 
 @pytest.mark.parametrize("mod,forbidden", [("sim", "plot"), ("single_sample.model", "plot"), ("throughput.brkga", "throughput.bounds"),
                                            ("cost", "throughput"), ("graph", "cost"), ("throughput", "single_sample"),
-                                           ("single_sample", "course"), ("throughput", "pipeline"),
+                                           ("throughput", "pipeline"),
                                            ("pipeline.planner", "pipeline.torchrun"), ("pipeline.planner", "pipeline.calibrate")])
 def test_named_rules(mod, forbidden):
     """The rules the issues name, spelled out (most also follow from the layers; planning never
@@ -160,6 +163,50 @@ def test_the_package_and_its_public_surface_import_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def _course_imports(path: Path) -> list[str]:
+    """The imports of the course in one file of the library, however spelled: ``import``,
+    ``from ... import``, and a module named to `importlib.import_module` or ``__import__``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] if node.level == 0 else []  # relative: inside the library by construction
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) and getattr(node.func, "attr", getattr(node.func, "id", "")) \
+                in ("import_module", "__import__"):
+            names = [node.args[0].value]
+        else:
+            continue
+        out += [f"{path.relative_to(PKG.parent)}:{node.lineno}: {n}" for n in names if n == COURSE or n.startswith(COURSE + ".")]
+    return out
+
+
+def test_the_library_never_imports_the_course():
+    """Read from every file of the library: the course uses the library, the library knows no course
+    (`devplace grade` comes in through the CLI's entry-point group)."""
+    assert (PKG.parent / COURSE / "__init__.py").is_file()  # the course is where this test looks for it
+    bad = [hit for p in sorted(PKG.rglob("*.py")) for hit in _course_imports(p)]
+    assert not bad, "the library imports the course: " + "; ".join(bad)
+
+
+def test_the_course_check_sees_each_spelling(tmp_path, monkeypatch):
+    """The static check above finds the course however a module names it."""
+    monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path)
+    f = tmp_path / "m.py"
+    f.write_text(f"import {COURSE}.book\nfrom {COURSE}.exercises import check\nimport importlib\n"
+                 f"importlib.import_module('{COURSE}.grade')\nfrom .course import x\nimport devplace_lite.cost\n")
+    assert [h.rsplit(": ", 1)[1] for h in _course_imports(f)] == [f"{COURSE}.book", f"{COURSE}.exercises", f"{COURSE}.grade"]
+
+
+def test_importing_the_library_and_its_cli_loads_no_module_of_the_course():
+    code = ("import sys, devplace_lite, devplace_lite.cli; devplace_lite.cli.build_parser(['evaluate']); "
+            f"print(sorted(m for m in sys.modules if m == {COURSE!r} or m.startswith({COURSE!r} + '.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_the_package_is_typed():

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from devplace_lite.course import reference
-from devplace_lite.course.checkout import find_checkout
+from devplace_course import reference
+from devplace_course.checkout import find_checkout
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -77,10 +77,10 @@ def test_fetch_fails_whole_and_leaves_the_old_copy(stand_in, tmp_path):
 def test_command_line(stand_in, tmp_path):
     url, _, commit = stand_in
     dest = tmp_path / "out" / reference.NAME
-    r = subprocess.run([sys.executable, "-m", "devplace_lite.course.reference", str(dest), "--url", url, "--commit", commit],
+    r = subprocess.run([sys.executable, "-m", "devplace_course.reference", str(dest), "--url", url, "--commit", commit],
                        capture_output=True, text=True)
     assert r.returncode == 0 and f"export DEVPLACE_REFERENCE={dest}" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "devplace_lite.course.reference", str(dest), "--url", url, "--commit", "f" * 40],
+    r = subprocess.run([sys.executable, "-m", "devplace_course.reference", str(dest), "--url", url, "--commit", "f" * 40],
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("devplace reference:")
 
@@ -108,7 +108,7 @@ def test_the_piper_fetch_takes_its_inputs_and_licence_only_and_piper_dir_finds_t
     git("commit", "-q", "-m", "inputs", cwd=work)
     commit = git("rev-parse", "HEAD", cwd=work)
     dest = tmp_path / "ref" / reference.PIPER_NAME
-    r = subprocess.run([sys.executable, "-m", "devplace_lite.course.reference", "--piper", str(dest), "--url", work.as_uri(),
+    r = subprocess.run([sys.executable, "-m", "devplace_course.reference", "--piper", str(dest), "--url", work.as_uri(),
                         "--commit", commit], capture_output=True, text=True)
     assert r.returncode == 0 and f"export DEVPLACE_PIPER={dest}" in r.stdout, r.stderr
     assert sorted(p.name for p in dest.iterdir()) == sorted([*reference.PIPER_PARTS, "SOURCE_COMMIT"])

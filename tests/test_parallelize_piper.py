@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from devplace_lite.course.reference import PIPER_COMMIT, piper_dir
+from devplace_course.reference import PIPER_COMMIT, piper_dir
 from devplace_lite.multidim import parallelize
 from devplace_lite.multidim.model import read_model
 

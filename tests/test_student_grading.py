@@ -12,10 +12,10 @@ import pytest
 
 jupytext = pytest.importorskip("jupytext")
 
-from devplace_lite.course.exercises import exercises  # noqa: E402
-from devplace_lite.course.exercises.guard import inspect_statically  # noqa: E402
-from devplace_lite.course.exercises.worker import read_submission  # noqa: E402
-from devplace_lite.course.student import make_student  # noqa: E402
+from devplace_course.exercises import exercises  # noqa: E402
+from devplace_course.exercises.guard import inspect_statically  # noqa: E402
+from devplace_course.exercises.worker import read_submission  # noqa: E402
+from devplace_course.student import make_student  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "01"
@@ -92,7 +92,7 @@ def test_machinery_the_student_adds_is_still_listed(tmp_path):
 @pytest.mark.slow
 def test_a_student_edition_notebook_is_graded_without_a_review_flag(tmp_path, bwrap):
     """The whole grader, in its sandbox, on the hand-in: full marks and no flag on the sheet."""
-    from devplace_lite.course.exercises.grading import Plan, flags, grade_folder
+    from devplace_course.exercises.grading import Plan, flags, grade_folder
 
     sub = student_submission(tmp_path)
     plan = Plan(exercises(CHAPTER), 2026, timeout=120.0, load_timeout=240.0)

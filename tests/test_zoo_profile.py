@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from devplace_lite.cli import main  # noqa: E402
-from devplace_lite.course.data_build import DATA_DIR, build, plan  # noqa: E402
+from devplace_course.data_build import DATA_DIR, build, plan  # noqa: E402
 from devplace_lite.devices import SPECS  # noqa: E402
 from devplace_lite.graph import GraphError  # noqa: E402
 from devplace_lite.io import load_graph, save_graph  # noqa: E402
@@ -48,7 +48,7 @@ def tiny_graphs():
 
 
 def test_importing_zoo_cli_plugin_and_data_build_does_not_import_torch():
-    code = ("import sys, devplace_lite.zoo, devplace_lite.commands.profile, devplace_lite.course.data_build; "
+    code = ("import sys, devplace_lite.zoo, devplace_lite.commands.profile, devplace_course.data_build; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -42,7 +42,7 @@ from devplace_lite.throughput.bounds import best_bound, classic_bound, combinato
 from devplace_lite.throughput.brkga import brkga
 from devplace_lite.devices import Cluster
 from devplace_lite.io import load_graph, read_json, write_json_atomic
-from devplace_lite.course.reference import reference_dir
+from devplace_course.reference import reference_dir
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

@@ -34,7 +34,7 @@ def run_chapter(md: Path, mode: str) -> dict:
     """Execute one chapter in one mode; its wall time in seconds, or the error that stopped it."""
     import tempfile
 
-    from devplace_lite.course.book import execute, kernel_env
+    from devplace_course.book import execute, kernel_env
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

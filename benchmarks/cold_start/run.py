@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from devplace_lite.io import write_json_atomic
-from devplace_lite.course.reference import reference_dir
+from devplace_course.reference import reference_dir
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

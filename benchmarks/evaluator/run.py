@@ -18,7 +18,7 @@ from devplace_lite.cost import device_loads, evaluate
 from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.io import load_graph
-from devplace_lite.course.reference import reference_dir
+from devplace_course.reference import reference_dir
 
 HERE = Path(__file__).parent
 REFERENCE = (reference_dir() or HERE.parent.parent.parent / "shared/reference/msr-dnn-partitioning") / "throughput-inputs"

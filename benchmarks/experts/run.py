@@ -1,5 +1,5 @@
 """The human experts' splits of Tarnawski et al. (2020) against the DP optimum, the paper's
-baselines and the non-contiguous integer program (`devplace_lite.course.experts`). Writes
+baselines and the non-contiguous integer program (`devplace_course.experts`). Writes
 results.json and the table in README.md.
 
     python -m benchmarks.experts.run                    # IP time limit 60 s per workload
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from devplace_lite import partition
-from devplace_lite.course.experts import BASELINES, compare_expert, published
+from devplace_course.experts import BASELINES, compare_expert, published
 from devplace_lite.files import write_text_atomic
 
 HERE = Path(__file__).parent

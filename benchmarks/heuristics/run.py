@@ -31,7 +31,7 @@ from devplace_lite.devices import Cluster
 from devplace_lite.generators import generate
 from devplace_lite.io import load_graph, write_json_atomic
 from devplace_lite.methods import PARTITION, resolve
-from devplace_lite.course.reference import reference_dir
+from devplace_course.reference import reference_dir
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from devplace_lite.course.reference import reference_dir
+from devplace_course.reference import reference_dir
 from devplace_lite.io import read_json, write_json_atomic
 
 HERE = Path(__file__).resolve().parent

@@ -33,7 +33,7 @@ from devplace_lite.io import load_graph, read_json, write_json_atomic
 from devplace_lite.single_sample.search import greedy_latency
 from devplace_lite.single_sample.ip import latency_ip
 from devplace_lite.throughput.ip import throughput_ip
-from devplace_lite.course.reference import reference_dir
+from devplace_course.reference import reference_dir
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent

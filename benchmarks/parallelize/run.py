@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from devplace_lite.course.reference import PIPER_COMMIT, PIPER_NAME, PIPER_URL, piper_dir
+from devplace_course.reference import PIPER_COMMIT, PIPER_NAME, PIPER_URL, piper_dir
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent

@@ -33,7 +33,7 @@ document.addEventListener("DOMContentLoaded", () => {
 });
 
 // A results table (or a displayed formula) wider than its column is set in smaller type, down to
-// 65 % of its size, until it fits (on screen at any window width; `devplace_lite.course.book` calls it again at the printed page's
+// 65 % of its size, until it fits (on screen at any window width; `devplace_course.book` calls it again at the printed page's
 // width before printing the PDF). A table that still does not fit keeps scrolling in its box,
 // and the rendered-book test reports it.
 function devplaceFit() {

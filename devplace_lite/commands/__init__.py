@@ -1,8 +1,9 @@
 """The `devplace` commands: one module per command (``HELP``, ``add_arguments(parser)``,
 ``run(args) -> int``), found and imported by `devplace_lite.cli` only for the command named; a
 module whose name starts with ``_`` is shared code, not a command. Adding a command is adding a
-module here. Below: what every command shares (the answer's JSON, its text formatting, the
-progress option)."""
+module here, or, from another package, naming a module of the same shape in the entry-point
+group ``devplace_lite.commands`` (as the course does for ``grade``). Below: what every command
+shares (the answer's JSON, its text formatting, the progress option)."""
 
 from __future__ import annotations
 

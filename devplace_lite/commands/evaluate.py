@@ -4,14 +4,81 @@ model; with ``--compare``, whose split it is and a method's answer on the same c
 from __future__ import annotations
 
 import argparse
+import math
+import os
+from pathlib import Path
+from typing import Any
 
 from .. import options
-from ..cost import evaluate
+from ..cost import Evaluation, evaluate
 from ..devices import Cluster
-from ..io import load_graph, load_placement
+from ..graph import Graph
+from ..io import load_graph, load_placement, read_json
 from . import fmt, print_json, say
 
 HELP = "score a placement under the cost model"
+
+
+def placement_owner(path: str | os.PathLike) -> str:
+    """Whose split a placement file holds, in words: a human expert's (the authors' format with
+    ``fpgas``/``cpus`` lists), a method's ``--json`` answer, or a plain node -> device mapping.
+
+    Examples
+    --------
+    >>> import json, tempfile
+    >>> with tempfile.NamedTemporaryFile("w", suffix="_expert.json", delete=False) as f:
+    ...     json.dump({"fpgas": [{"nodes": [1]}], "cpus": []}, f)
+    >>> placement_owner(f.name).startswith("a human expert's split")
+    True
+    """
+    obj = read_json(path)
+    name = Path(path).name
+    if isinstance(obj, dict) and isinstance(obj.get("placement"), dict):
+        method = obj.get("method")
+        return f"the answer of method {method} ({name})" if isinstance(method, str) else f"a --json answer ({name})"
+    if isinstance(obj, dict) and ("fpgas" in obj or "cpus" in obj):
+        return f"a human expert's split ({name}, the format of Tarnawski et al. 2020)"
+    return f"a node -> device mapping ({name})"
+
+
+def compare_with(graph: Graph, cluster: Cluster, evaluation: Evaluation, method: str = "dp", *,
+                 time_limit: float | None = None) -> dict[str, Any]:
+    """Run ``method`` on ``graph`` and ``cluster`` and set its answer beside a scored placement
+    (what ``devplace evaluate GRAPH SPLIT --compare METHOD`` prints).
+
+    Returns
+    -------
+    dict with ``method``, ``objective`` (the evaluator's max load of the method's split, ``None``
+    when it found none), ``status``, ``bound``, ``ratio`` (the placement's max load over it:
+    above 1, the method's pipeline runs that many times as fast) and ``summary`` (one line).
+
+    Raises
+    ------
+    UsageError for an unknown method.
+
+    Examples
+    --------
+    >>> from devplace_lite.generators import layered
+    >>> g, c = layered(10, seed=2), Cluster(accelerators=2)
+    >>> out = compare_with(g, c, evaluate(g, c, {v.id: "acc0" for v in g.nodes}))
+    >>> out["status"], out["ratio"] > 1
+    ('optimal', True)
+    """
+    from ..solve import partition  # only with --compare: plain scoring runs no method
+
+    r = partition(graph, cluster, method, time_limit=time_limit)
+    theirs = r.check().max_load if r.assignment is not None else None
+    mine = evaluation.max_load
+    ratio = mine / theirs if theirs and math.isfinite(theirs) and math.isfinite(mine) else None
+    head = f"{method}: max load {'-' if theirs is None else f'{theirs:.6g}'} ({r.status})"
+    if ratio is None:
+        tail = "no ratio (one of the two has no finite max load)"
+    elif ratio > 1:
+        tail = f"this split's max load is {ratio:.4f}x that: the {method} split's pipeline runs {ratio:.2f}x as fast"
+    else:
+        tail = f"this split's max load is {ratio:.4f}x that: it is at least as good as {method}'s"
+    return {"method": method, "objective": theirs, "status": r.status, "bound": r.bound, "ratio": ratio,
+            "summary": f"{head}; {tail}"}
 
 
 def add_arguments(s: argparse.ArgumentParser) -> None:
@@ -37,8 +104,6 @@ def run(args: argparse.Namespace) -> int:
     if note:
         out["clamped"] = note
     if args.compare:  # whose split it is, and the same cluster's answer of another method beside it
-        from ..course.experts import compare_with, placement_owner
-
         out["split_of"] = placement_owner(args.placement)
         out["compare"] = compare_with(g, c, ev, args.compare)
     if args.json:

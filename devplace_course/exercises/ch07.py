@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...cost import max_load
-from ...devices import Cluster
-from ...generators import generate
-from ...graph import Graph, Node
-from ...rl.env import returns_to_go
-from ...sim import SimParams, Simulator
+from devplace_lite.cost import max_load
+from devplace_lite.devices import Cluster
+from devplace_lite.generators import generate
+from devplace_lite.graph import Graph, Node
+from devplace_lite.rl.env import returns_to_go
+from devplace_lite.sim import SimParams, Simulator
 from .core import Case, close, register
 
 # -- 07.2  returns-to-go ------------------------------------------------------------------------

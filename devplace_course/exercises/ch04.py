@@ -9,12 +9,12 @@ import pickle
 
 import numpy as np
 
-from ...devices import Cluster
-from ...throughput.exhaustive import batch_loads
-from ...generators import generate
-from ...graph import Graph, Node
-from ...single_sample.model import evaluate_latency, reachability
-from ...single_sample.bounds import critical_path_bound, latency_caps
+from devplace_lite.devices import Cluster
+from devplace_lite.throughput.exhaustive import batch_loads
+from devplace_lite.generators import generate
+from devplace_lite.graph import Graph, Node
+from devplace_lite.single_sample.model import evaluate_latency, reachability
+from devplace_lite.single_sample.bounds import critical_path_bound, latency_caps
 from .core import Case, close, register
 
 FAMILIES = ["cells", "layered", "random", "series_parallel", "skip_chain"]
@@ -68,7 +68,7 @@ def _caps_cases(rng: np.random.Generator, i: int) -> Case:
     return Case((g, cluster, ub), text=f"graph = with_device_limits(generate({family!r}, {n}, seed={seed}), "
                                        f"cpu_only={cpu_only}, acc_only={acc_only}); "
                                        f"cluster = Cluster(accelerators={k}, cpus={cpus}); ub = {ub!r}  "
-                                       f"(from devplace_lite.course.exercises.ch04 import with_device_limits)")
+                                       f"(from devplace_course.exercises.ch04 import with_device_limits)")
 
 
 def _fastest_path_caps(graph: Graph, cluster: Cluster, ub: float, own: bool = False) -> np.ndarray:
@@ -233,7 +233,7 @@ def _floor_cases(rng: np.random.Generator, i: int) -> Case:
     mem = "" if memory == math.inf else f", memory={memory!r}"
     return Case((g, cluster, floor), text=f"graph = with_device_limits(generate({family!r}, {n}, seed={seed}), "
                                           f"cpu_only={cpu_only}); cluster = Cluster(accelerators={k}, cpus={cpus}{mem}); "
-                                          f"floor = {floor!r}  (from devplace_lite.course.exercises.ch04 import with_device_limits)")
+                                          f"floor = {floor!r}  (from devplace_course.exercises.ch04 import with_device_limits)")
 
 
 def _floor_slips(case: Case) -> list:

@@ -1,6 +1,6 @@
 """The sandbox a submission runs in: a bubblewrap namespace, resource limits, and a kill at the end.
 
-One `Session` is one worker process (`devplace_lite.course.exercises.worker`) for one submission, run
+One `Session` is one worker process (`devplace_course.exercises.worker`) for one submission, run
 as a separate process tree inside ``bwrap`` (Debian's ``bubblewrap`` package):
 
 * **What it sees.** A new root holding only, read-only: ``/usr`` and the system libraries, the
@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import DevplaceError, UsageError
+from devplace_lite.errors import DevplaceError, UsageError
 from .worker import write_frame
 
 MIB = 1 << 20
@@ -159,22 +159,25 @@ def _namespaces(bwrap: str) -> list[str]:
 
 
 # -- what goes in -------------------------------------------------------------------------------------
-def package_root() -> Path:
-    """The folder holding the ``devplace_lite`` this grader runs: the worker imports the same one
-    (its ``PYTHONPATH``), not whichever an environment's own install would find."""
+def packages() -> list[Path]:
+    """The folders of the ``devplace_lite`` and the ``devplace_course`` this grader runs (in a
+    checkout, both at its top): the worker imports these same two, not whichever an
+    environment's own install would find."""
     import devplace_lite
 
-    return Path(devplace_lite.__file__).resolve().parent.parent
+    return [Path(devplace_lite.__file__).resolve().parent, Path(__file__).resolve().parents[1]]
 
 
 def worker_env() -> dict[str, str]:
-    """The worker's whole environment (`ENV`, and the path to the grader's own package)."""
-    return {**ENV, "PYTHONPATH": str(package_root())}
+    """The worker's whole environment (`ENV`, and the folders holding the grader's own packages
+    as its ``PYTHONPATH``)."""
+    roots = dict.fromkeys(str(p.parent) for p in packages())
+    return {**ENV, "PYTHONPATH": os.pathsep.join(roots)}
 
 
 def python_paths() -> list[Path]:
-    """The folders the worker needs: the Python installation, its environment, the package."""
-    raw = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(package_root() / "devplace_lite")}
+    """The folders the worker needs: the Python installation, its environment, the packages."""
+    raw = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *map(str, packages())}
     paths = {Path(p) for p in raw} | {Path(os.path.realpath(p)) for p in raw}
     paths = {p for p in paths if p.is_dir() and not _is_system(p)}
     return sorted(p for p in paths if not any(q != p and q in p.parents for q in paths))
@@ -184,7 +187,7 @@ def closed_to_others(paths: list[Path], parents: bool = True) -> tuple[Path, str
     """The first of ``paths`` (or, with ``parents``, of the folders above them) that a user other
     than its owner cannot enter, or whose ``__init__.py`` it cannot read, and the ``chmod`` that
     opens it: what an unprivileged worker trips on where it could not keep the right to read
-    (`devplace_lite.course.exercises.worker.confine`). In the sandbox the folders above are made
+    (`devplace_course.exercises.worker.confine`). In the sandbox the folders above are made
     anew, open to all (``parents=False``)."""
     for p in paths:
         for folder in [*reversed(p.parents), p] if parents else [p]:
@@ -453,7 +456,7 @@ class Session:
         out_r, out_w = os.pipe()
         self.uid = uid = _next_uid() if os.geteuid() == 0 else None
         worker = [sys.executable, "-B", "-s", *(["-P"] if sys.version_info >= (3, 11) else []),
-                  "-m", "devplace_lite.course.exercises.worker", "--fds", f"{req_r},{rep_w}",
+                  "-m", "devplace_course.exercises.worker", "--fds", f"{req_r},{rep_w}",
                   "--limits", json.dumps(self.limits.rlimits(self.cpu_seconds))] + \
                  (["--uid", str(uid)] if uid is not None else []) + \
                  (["--keep-reading"] if uid is not None and self.bwrap is None else [])
@@ -642,7 +645,7 @@ def worker_failed(session: Session, died: Died) -> WorkerFailed:
     lines = [ln.strip() for ln in session.output().splitlines() if ln.strip()]
     said = f": {lines[-1][:300]}" if lines else ""
     who = f" as uid {session.uid}" if session.uid is not None else ""
-    needed = [package_root() / "devplace_lite", *python_paths()]  # the package first: the likeliest to be private
+    needed = [*packages(), *python_paths()]  # the packages first: the likeliest to be private
     closed = closed_to_others(needed, parents=session.bwrap is None) if session.uid is not None else None
     fix = ""
     if closed:
@@ -675,6 +678,6 @@ def describe(bwrap: str | None, limits: Limits) -> str:
     cg = f"cgroup {probe.kind} for memory and processes of the whole tree" if probe.active else \
         f"no cgroup ({probe.why_not}): memory is limited per process only"
     probe.close()
-    return (f"sandbox: {version}, no network, only the library and the one submission visible; limits: "
+    return (f"sandbox: {version}, no network, only the library, the course and the one submission visible; limits: "
             f"{limits.memory_mb} MB memory, {limits.processes} processes, {limits.file_mb} MB per file, "
             f"{limits.scratch_mb} MB scratch, {limits.output_kb} KB output; {cg}")

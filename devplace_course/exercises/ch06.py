@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...devices import Cluster
-from ...generators import generate
-from ...graph import Graph, Node
-from ...throughput.heuristics.blocks import block_structure
-from ...throughput.heuristics.intervals import BothWays
-from ...throughput.heuristics.list_scheduling import _bottom_level, _Rules
+from devplace_lite.devices import Cluster
+from devplace_lite.generators import generate
+from devplace_lite.graph import Graph, Node
+from devplace_lite.throughput.heuristics.blocks import block_structure
+from devplace_lite.throughput.heuristics.intervals import BothWays
+from devplace_lite.throughput.heuristics.list_scheduling import _bottom_level, _Rules
 from .core import Case, close, random_topological_order, register
 
 _FAMILIES = ["cells", "layered", "series_parallel", "skip_chain", "random"]

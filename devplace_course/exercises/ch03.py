@@ -11,10 +11,10 @@ import itertools
 
 import numpy as np
 
-from ...devices import Cluster
-from ...throughput.exhaustive import batch_loads, exhaustive
-from ...generators import generate
-from ...graph import Graph, Node
+from devplace_lite.devices import Cluster
+from devplace_lite.throughput.exhaustive import batch_loads, exhaustive
+from devplace_lite.generators import generate
+from devplace_lite.graph import Graph, Node
 from .core import Case, close, register
 
 FAMILIES = ("cells", "layered", "random", "series_parallel", "skip_chain")

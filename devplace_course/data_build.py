@@ -1,4 +1,4 @@
-"""Regenerate ``data/graphs/`` byte for byte: ``python -m devplace_lite.course.data_build data/graphs``.
+"""Regenerate ``data/graphs/`` byte for byte: ``python -m devplace_course.data_build data/graphs``.
 
 The files are the project's own workloads (``make data`` runs this module):
 
@@ -15,7 +15,7 @@ here: they depend on the machine (see ``data/README.md``).
 
 Example
 -------
->>> from devplace_lite.course.data_build import plan
+>>> from devplace_course.data_build import plan
 >>> len(plan()) > 20
 True
 """
@@ -28,15 +28,15 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import DevplaceError, GraphError
-from ..graph import Graph
+from devplace_lite.errors import DevplaceError, GraphError
+from devplace_lite.graph import Graph
 from .checkout import find_checkout
 
 #: The checkout's data/graphs folder (None outside a checkout: then pass a folder to `build`).
 DATA_DIR = root / "data" / "graphs" if (root := find_checkout()) else None
 SPEC = "V100"
 BATCH = 8
-COMMAND = "python -m devplace_lite.course.data_build data/graphs"
+COMMAND = "python -m devplace_course.data_build data/graphs"
 
 ZOO_LAYER = ("resnet50", "inception", "bert", "gnmt", "gpt")
 ZOO_OP = ("resnet50", "bert")
@@ -46,8 +46,8 @@ GENERATED = (("layered", 40, 0), ("series_parallel", 40, 0), ("skip_chain", 40, 
 
 def _zoo(model: str, granularity: str, training: bool) -> Callable[[], Graph]:
     def make() -> Graph:
-        from ..pipeline.profile import profile
-        from ..zoo import MODELS
+        from devplace_lite.pipeline.profile import profile
+        from devplace_lite.zoo import MODELS
 
         entry = MODELS[model]
         net = entry.build("full", device="meta")
@@ -60,7 +60,7 @@ def _zoo(model: str, granularity: str, training: bool) -> Callable[[], Graph]:
 
 def _generated(family: str, n: int, seed: int, training: bool) -> Callable[[], Graph]:
     def make() -> Graph:
-        from ..generators import generate
+        from devplace_lite.generators import generate
 
         g = generate(family, n, seed=seed, training=training)
         g.meta["made_by"] = COMMAND
@@ -85,7 +85,7 @@ def plan() -> list[tuple[str, Callable[[], Graph]]]:
 
 def build(outdir: str | Path, only: Sequence[str] | None = None, verbose: bool = False) -> list[Path]:
     """Write the planned files (or those named in ``only``) into ``outdir``; returns their paths."""
-    from ..io import save_graph
+    from devplace_lite.io import save_graph
 
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
@@ -108,7 +108,7 @@ def build(outdir: str | Path, only: Sequence[str] | None = None, verbose: bool =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m devplace_lite.course.data_build", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m devplace_course.data_build", description=__doc__.split("\n")[0])
     p.add_argument("outdir", nargs="?", default="data/graphs")
     p.add_argument("--only", nargs="+", help="write only these file names")
     args = p.parse_args(argv)

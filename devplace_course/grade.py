@@ -8,7 +8,7 @@
 
 Each entry of the folder (a ``.py`` file, a notebook ``.ipynb`` / ``.md``, or a folder of such
 files) is one submission; it defines the exercise functions under the names ``--list`` prints.
-Every submission runs in a bubblewrap sandbox (see `devplace_lite.course.exercises.sandbox`) on
+Every submission runs in a bubblewrap sandbox (see `devplace_course.exercises.sandbox`) on
 instances drawn from the instructor's secret seed, and its answers are checked outside it.
 Grading refuses to start without ``bwrap`` unless ``--unsafe-no-sandbox`` is given.
 
@@ -27,8 +27,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import options
-from . import print_json
+from devplace_lite import options
+from devplace_lite.commands import print_json
 
 HELP = "grade a folder of exercise submissions, sandboxed, on your secret instances"
 
@@ -54,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _select(args: argparse.Namespace, course) -> list:
-    from ..errors import UsageError
-    from ..course.exercises import exercises, get
+    from devplace_lite.errors import UsageError
+    from .exercises import exercises, get
 
     if args.chapter is not None and not str(args.chapter).isdigit():
         raise UsageError(f"--chapter must be a chapter number such as 01, got {args.chapter!r}")
@@ -76,8 +76,8 @@ def _check_outputs(args: argparse.Namespace, subs: list, seed_file) -> None:
     its folder exists) and is none of the inputs: not the course or seed file, not inside the
     submissions folder (the command line checked ``--csv`` already, but not against the course's
     seed file)."""
-    from ..course.exercises.grading import results_paths
-    from ..files import check_apart, check_output
+    from .exercises.grading import results_paths
+    from devplace_lite.files import check_apart, check_output
 
     inputs = [p for p in (args.submissions, args.course, seed_file) if p is not None]
     outputs = [args.csv] if args.csv is not None else []  # as spelled: Path() would drop a trailing /
@@ -95,10 +95,10 @@ def _check_outputs(args: argparse.Namespace, subs: list, seed_file) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import UsageError
-    from ..course.exercises.course import Course, load_course
-    from ..course.exercises.grading import Plan, csv_text, discover, flags, grade_folder, header, resolve_seed, table, write_results
-    from ..files import write_text_atomic
+    from devplace_lite.errors import UsageError
+    from .exercises.course import Course, load_course
+    from .exercises.grading import Plan, csv_text, discover, flags, grade_folder, header, resolve_seed, table, write_results
+    from devplace_lite.files import write_text_atomic
 
     course = load_course(args.course) if args.course else Course()
     chosen = _select(args, course)

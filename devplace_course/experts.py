@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..cost import Evaluation, as_assignment, chain_order, evaluate
-from ..devices import Cluster
-from ..graph import Graph
-from ..io import load_graph, load_placement, read_json
-from ..result import Result
-from ..solve import partition
+from devplace_lite.cost import Evaluation, as_assignment, chain_order, evaluate
+from devplace_lite.devices import Cluster
+from devplace_lite.graph import Graph
+from devplace_lite.io import load_graph, load_placement
+from devplace_lite.result import Result
+from devplace_lite.solve import partition
 
 #: The baselines of the paper and the library's rules of thumb, by registry name, with what each is.
 BASELINES: dict[str, str] = {
@@ -77,7 +77,7 @@ def published(reference: str | os.PathLike | None = None) -> list[Workload]:
     Parameters
     ----------
     reference : the folder of the authors' files (holding ``human-experts/`` and
-        ``throughput-inputs/``); default `devplace_lite.course.reference.reference_dir` (the
+        ``throughput-inputs/``); default `devplace_course.reference.reference_dir` (the
         ``DEVPLACE_REFERENCE`` folder, else ``../shared/reference``).
 
     Returns
@@ -104,66 +104,6 @@ def published(reference: str | os.PathLike | None = None) -> list[Workload]:
         if graph.is_file():
             out.append(Workload(name, graph, expert))
     return out
-
-
-def placement_owner(path: str | os.PathLike) -> str:
-    """Whose split a placement file holds, in words: a human expert's (the authors' format with
-    ``fpgas``/``cpus`` lists), a method's ``--json`` answer, or a plain node -> device mapping.
-
-    Examples
-    --------
-    >>> import json, tempfile
-    >>> with tempfile.NamedTemporaryFile("w", suffix="_expert.json", delete=False) as f:
-    ...     json.dump({"fpgas": [{"nodes": [1]}], "cpus": []}, f)
-    >>> placement_owner(f.name).startswith("a human expert's split")
-    True
-    """
-    obj = read_json(path)
-    name = Path(path).name
-    if isinstance(obj, dict) and isinstance(obj.get("placement"), dict):
-        method = obj.get("method")
-        return f"the answer of method {method} ({name})" if isinstance(method, str) else f"a --json answer ({name})"
-    if isinstance(obj, dict) and ("fpgas" in obj or "cpus" in obj):
-        return f"a human expert's split ({name}, the format of Tarnawski et al. 2020)"
-    return f"a node -> device mapping ({name})"
-
-
-def compare_with(graph: Graph, cluster: Cluster, evaluation: Evaluation, method: str = "dp", *,
-                 time_limit: float | None = None) -> dict[str, Any]:
-    """Run ``method`` on ``graph`` and ``cluster`` and set its answer beside a scored placement
-    (what ``devplace evaluate GRAPH SPLIT --compare METHOD`` prints).
-
-    Returns
-    -------
-    dict with ``method``, ``objective`` (the evaluator's max load of the method's split, ``None``
-    when it found none), ``status``, ``bound``, ``ratio`` (the placement's max load over it:
-    above 1, the method's pipeline runs that many times as fast) and ``summary`` (one line).
-
-    Raises
-    ------
-    UsageError for an unknown method.
-
-    Examples
-    --------
-    >>> from devplace_lite.generators import layered
-    >>> g, c = layered(10, seed=2), Cluster(accelerators=2)
-    >>> out = compare_with(g, c, evaluate(g, c, {v.id: "acc0" for v in g.nodes}))
-    >>> out["status"], out["ratio"] > 1
-    ('optimal', True)
-    """
-    r = partition(graph, cluster, method, time_limit=time_limit)
-    theirs = r.check().max_load if r.assignment is not None else None
-    mine = evaluation.max_load
-    ratio = mine / theirs if theirs and math.isfinite(theirs) and math.isfinite(mine) else None
-    head = f"{method}: max load {'-' if theirs is None else f'{theirs:.6g}'} ({r.status})"
-    if ratio is None:
-        tail = "no ratio (one of the two has no finite max load)"
-    elif ratio > 1:
-        tail = f"this split's max load is {ratio:.4f}x that: the {method} split's pipeline runs {ratio:.2f}x as fast"
-    else:
-        tail = f"this split's max load is {ratio:.4f}x that: it is at least as good as {method}'s"
-    return {"method": method, "objective": theirs, "status": r.status, "bound": r.bound, "ratio": ratio,
-            "summary": f"{head}; {tail}"}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ One path serves ``make notebooks``, ``make book``, ``make pdf`` and the rendered
    wider than the page (:data:`OVERFLOW`, measured with print styles at the page's width).
 
 Two editions: the instructor's (solutions folded under each exercise, rubrics) and the
-student's (``--edition student``: `devplace_lite.course.student` takes solutions and rubrics out).
+student's (``--edition student``: `devplace_course.student` takes solutions and rubrics out).
 
 Every executed notebook (the published ones are what Colab and Binder open) gets an install
 cell in front of its first code cell (folded, tagged ``hide-cell``; the source chapters have
@@ -24,9 +24,9 @@ none): :func:`stamp_install` puts it there, installing the project's repository,
 
 Usage::
 
-    python -m devplace_lite.course.book notebooks [--fast] [--student] [--edition E]   # build/executed/
-    python -m devplace_lite.course.book html [--fast] [--edition E]    # build/book[-student]/_build/html
-    python -m devplace_lite.course.book pdf [--fast] [--edition E]     # build/devplace_lite[-student].pdf
+    python -m devplace_course.book notebooks [--fast] [--student] [--edition E]   # build/executed/
+    python -m devplace_course.book html [--fast] [--edition E]    # build/book[-student]/_build/html
+    python -m devplace_course.book pdf [--fast] [--edition E]     # build/devplace_lite[-student].pdf
 
 Needs the ``book`` extra (jupyter-book, jupytext, nbclient) and, for the PDF, Chromium
 (:func:`ensure_chromium`: Debian's package installed when running as root, else one line
@@ -57,7 +57,7 @@ CHAPTERS = ROOT / "chapters"
 BUILD = ROOT / "build"
 EXECUTED = BUILD / "executed"
 PDF = BUILD / "devplace_lite.pdf"
-#: The student edition's chapters (devplace_lite.course.student), executed into EXECUTED/<mode>/student.
+#: The student edition's chapters (devplace_course.student), executed into EXECUTED/<mode>/student.
 STUDENT_SRC = BUILD / "student"
 #: Files of the chapters folder that the staged book needs besides the notebooks.
 PAGES_COPIED = ("_toc.yml", "*.bib", "_static")

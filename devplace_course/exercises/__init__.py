@@ -2,7 +2,7 @@
 
 In a chapter, after writing the function an exercise asks for::
 
-    from devplace_lite.course.exercises import check
+    from devplace_course.exercises import check
     res = check("01.2", my_max_load)
 
 `check` runs the function against the reference solution on seeded random instances (the
@@ -15,13 +15,13 @@ attempted*, and nothing is raised, so the rest of the notebook still runs. The f
 ``timeout`` seconds (60 by default); an endless loop ends the check with status ``timeout``.
 
 Instructors grade a folder of submissions with ``devplace grade DIR --seed-file SECRET`` (see
-`devplace_lite.course.exercises.grading`): each submission runs in a bubblewrap sandbox on instances
+`devplace_course.exercises.grading`): each submission runs in a bubblewrap sandbox on instances
 drawn from the instructor's secret seed, and is checked outside it. Each submission defines the
 functions under the names listed by ``devplace grade --list`` (the ``name`` of each exercise below).
 
 Adding an exercise
 ------------------
-Exercises live in one module per chapter, ``devplace_lite/course/exercises/chNN.py``, imported on
+Exercises live in one module per chapter, ``devplace_course/exercises/chNN.py``, imported on
 demand: nothing else needs editing. To add exercise ``x`` of chapter ``NN``:
 
 1. Write the reference solution as a function of plain arguments (graphs, clusters, arrays,

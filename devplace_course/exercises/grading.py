@@ -10,18 +10,18 @@ How a submission is graded:
 
 1. The instances come from the instructor's secret seed (`resolve_seed`; never the book's seed
    0, whose instances students saw), with the reference's answers, computed here once per run.
-2. The submission runs in its own `devplace_lite.course.exercises.sandbox.Session`: its worker loads it
+2. The submission runs in its own `devplace_course.exercises.sandbox.Session`: its worker loads it
    (within ``load_timeout`` seconds: imports, notebook set-up), then is sent one instance at a
    time (the arguments only, never the answer) and sends back the function's answer as JSON.
    Each exercise has ``timeout`` seconds in all, on the submission's clock
-   (`devplace_lite.course.exercises.sandbox.RunClock`: time it runs or sleeps; time it waits for a CPU
+   (`devplace_course.exercises.sandbox.RunClock`: time it runs or sleeps; time it waits for a CPU
    that the machine's other processes hold is not counted, so a loaded machine does not fail a
    quick answer), and at most three times that of wall time. A runaway (endless loop, memory, processes,
    output) is killed with its whole process tree and scores 0 on that exercise; a new sandbox
    grades the exercises after it.
-3. The answers are judged here, outside the submission (`devplace_lite.course.exercises.core.assess`):
+3. The answers are judged here, outside the submission (`devplace_course.exercises.core.assess`):
    nothing the submission does can change the checker or forge a result.
-4. An exercise whose function calls the library's own answer (`devplace_lite.course.exercises.guard`:
+4. An exercise whose function calls the library's own answer (`devplace_course.exercises.guard`:
    statically, or caught calling it at run time) is flagged as a copy and scores 0.
 
 Cost: a sandbox start and a load per submission (a few seconds: Python and numpy start in the
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import DevplaceError, UsageError
-from ...files import read_input, write_text_atomic
+from devplace_lite.errors import DevplaceError, UsageError
+from devplace_lite.files import read_input, write_text_atomic
 from . import answers
 from .core import NOT_ATTEMPTED, Case, Exercise, Outcome, assess
 from .course import Course

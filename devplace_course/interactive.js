@@ -1,4 +1,4 @@
-// The book's interactive figures (devplace_lite.course.interactive): controls select one of the
+// The book's interactive figures (devplace_course.interactive): controls select one of the
 // frames the library computed when the chapter ran, and the frame is drawn as plain SVG. Nothing is
 // computed here: every number shown comes from the frame. Defined once per page, however many
 // figures it holds.

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ...errors import UsageError
+from devplace_lite.errors import UsageError
 
 NOT_ATTEMPTED = "not attempted"
 STATUSES = ("passed", "failed", NOT_ATTEMPTED, "timeout")
@@ -109,7 +109,7 @@ class Exercise:
         The library's own answers to this exercise, as ``"module"`` (every function and class
         defined there) or ``"module:name"``. A graded submission whose function calls one of them
         (under any name) is flagged as a copy and scores 0; the references in
-        ``devplace_lite.course.exercises`` are always forbidden.
+        ``devplace_course.exercises`` are always forbidden.
     n : int
         Number of instances `check` runs by default.
     tries : int
@@ -451,7 +451,7 @@ def assess(ex: Exercise, cases: Sequence[Case], outcomes: Sequence[Outcome], *, 
         lines.append(f"  diagnosis: {diagnosis}")
     if ex.hint:
         lines.append(f"  hint: {ex.hint}")
-    lines.append(f"  rebuild it: from devplace_lite.course.exercises import instance; c = instance({ex.id!r}, {i}{seed_text}); "
+    lines.append(f"  rebuild it: from devplace_course.exercises import instance; c = instance({ex.id!r}, {i}{seed_text}); "
                  f"{ex.name}(*c.args, **c.kwargs)")
     return CheckResult(ex.id, ex.name, "failed", total, correct, "\n".join(lines), failure)
 
@@ -526,7 +526,7 @@ def check(ex_id: str, fn: Callable, *, n: int | None = None, seed: int = 0, quie
 
     Examples
     --------
-    >>> from devplace_lite.course.exercises import check
+    >>> from devplace_course.exercises import check
     >>> def my_total_work(graph):
     ...     return sum(v.p_acc for v in graph.nodes)
     >>> check("00.1", my_total_work, quiet=True).passed

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ...multidim.generate import random_model
-from ...multidim.model import Model
+from devplace_lite.multidim.generate import random_model
+from devplace_lite.multidim.model import Model
 from .core import Case, close, register
 
 # -- 09.1  the time per micro-batch of one stage ------------------------------------------------

@@ -1,13 +1,13 @@
 """The grader's worker: the one process that runs a submission's code, inside the sandbox.
 
-Started by `devplace_lite.course.exercises.sandbox` (never import it to grade in your own process)::
+Started by `devplace_course.exercises.sandbox` (never import it to grade in your own process)::
 
-    python -m devplace_lite.course.exercises.worker --fds IN,OUT [--uid U [--keep-reading]] --limits JSON
+    python -m devplace_course.exercises.worker --fds IN,OUT [--uid U [--keep-reading]] --limits JSON
 
 Before any of the submission's code runs it sets its resource limits (inherited by every process
 the submission starts), gives up root when started as root (``--uid``: an unprivileged uid of
 its own, so the process limit holds), reads the submission and inspects it statically
-(`devplace_lite.course.exercises.guard`), and arms the runtime copy guard. Then it loads the submission
+(`devplace_course.exercises.guard`), and arms the runtime copy guard. Then it loads the submission
 and answers the grader's requests, one at a time.
 
 What is executed: a ``.py`` file whole, as a module would be (``__name__`` is
@@ -18,7 +18,7 @@ constants, statement by statement, so that a chapter's computations are not re-r
 failing import does not hide the functions after it. Several files share one namespace, in order.
 
 The channel: requests come on ``IN`` as length-prefixed pickles written by the grader (the
-instances: trusted data); replies go on ``OUT`` as JSON lines (`devplace_lite.course.exercises.answers`),
+instances: trusted data); replies go on ``OUT`` as JSON lines (`devplace_course.exercises.answers`),
 the only thing that leaves. The submission's own output goes to stdout/stderr, which the grader
 reads apart and caps. Replies: ``{"event": "ready"}`` (confined, its own imports done: a worker
 that ends before it is the grader's failure, not the submission's), ``{"event": "static", ...}``, ``{"event": "loaded", "notes",
@@ -78,7 +78,7 @@ def confine(limits: dict[str, int], uid: int | None, keep_reading: bool = False)
     sandbox: with it a process can open any file of a mounted file system by its handle
     (``open_by_handle_at``), outside what the sandbox shows; there the folders above the ones
     shown are made anew, open to all, and a folder shown that others cannot read is refused by
-    the grader with the fix (`devplace_lite.course.exercises.sandbox.worker_failed`)."""
+    the grader with the fix (`devplace_course.exercises.sandbox.worker_failed`)."""
     for name, value in limits.items():
         resource.setrlimit(RLIMITS[name], (int(value), int(value)))
     if uid is not None and os.getuid() == 0:
@@ -259,7 +259,7 @@ def serve(requests: BinaryIO, channel: Channel) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m devplace_lite.course.exercises.worker")
+    p = argparse.ArgumentParser(prog="python -m devplace_course.exercises.worker")
     p.add_argument("--fds", required=True, help="IN,OUT: the request and reply descriptors")
     p.add_argument("--uid", type=int, default=None, help="the unprivileged uid to run as (when started as root)")
     p.add_argument("--keep-reading", action="store_true",

@@ -13,12 +13,12 @@ In a chapter, a solution is a cell tagged ``solution``. In the student edition
 
 Usage (``make student``)::
 
-    python -m devplace_lite.course.student [CHAPTERS_DIR] [OUT_DIR]     # defaults: chapters build/student
+    python -m devplace_course.student [CHAPTERS_DIR] [OUT_DIR]     # defaults: chapters build/student
 
 writes ``OUT_DIR/chapters/`` (MyST ``.md`` notebooks, plus the book's other pages and
 configuration, so ``jupyter-book build OUT_DIR/chapters`` gives a student book) and
 ``OUT_DIR/notebooks/`` (the same chapters as ``.ipynb``, to hand out or open in Colab: these
-carry the install cell in front, `devplace_lite.course.notebook.with_install_cell`).
+carry the install cell in front, `devplace_course.notebook.with_install_cell`).
 Needs jupytext (the ``book`` or ``test`` extra).
 """
 

@@ -7,11 +7,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from ...schedules import timeline as schedule
-from ...cost import device_loads, max_load
-from ...devices import Cluster
-from ...generators import generate
-from ...graph import Graph, Node
+from devplace_lite.schedules import timeline as schedule
+from devplace_lite.cost import device_loads, max_load
+from devplace_lite.devices import Cluster
+from devplace_lite.generators import generate
+from devplace_lite.graph import Graph, Node
 from .core import Case, close, exact, register
 
 # -- 01.2  the max-load of a placement, from the formula ----------------------------------------

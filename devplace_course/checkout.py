@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import UsageError
+from devplace_lite.errors import UsageError
 
 #: The line a checkout's ``pyproject.toml`` holds.
 MARK = 'name = "devplace_lite"'

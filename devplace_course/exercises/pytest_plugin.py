@@ -1,12 +1,12 @@
 """The grader as a pytest plugin: one test per (submission file, exercise).
 
-    pytest -p devplace_lite.course.exercises.pytest_plugin SUBMISSIONS_DIR --grade-seed-file SECRET
+    pytest -p devplace_course.exercises.pytest_plugin SUBMISSIONS_DIR --grade-seed-file SECRET
            [--grade-chapter 01] [--grade-exercise 01.2 ...] [--grade-course course.toml]
            [--grade-timeout 30] [--grade-load-timeout 120] [--junitxml grades.xml]
            [-n 4 --dist loadfile]
 
 Each ``.py``, ``.ipynb`` or ``.md`` file under the folder is one submission, graded exactly as
-``devplace grade`` does (`devplace_lite.course.exercises.grading`: sandboxed, on the instances of your
+``devplace grade`` does (`devplace_course.exercises.grading`: sandboxed, on the instances of your
 secret seed, checked outside the submission); a test passes when its exercise passes, and fails
 with the check's feedback otherwise. The share of instances right is recorded as the ``score``
 property, the marks as ``points`` (in ``--junitxml`` reports, for course platforms). With xdist,

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import DevplaceError, UsageError
-from ...files import read_input
+from devplace_lite.errors import DevplaceError, UsageError
+from devplace_lite.files import read_input
 from .sandbox import Limits
 
 #: The largest course file read, in bytes.

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...schedules import timeline as schedule
-from ...cost import chain_order
-from ...devices import Cluster
-from ...generators import generate
-from ...graph import Graph, Node
+from devplace_lite.schedules import timeline as schedule
+from devplace_lite.cost import chain_order
+from devplace_lite.devices import Cluster
+from devplace_lite.generators import generate
+from devplace_lite.graph import Graph, Node
 from .core import Case, _short, close, random_topological_order, register
 
 _FAMILIES = ["cells", "layered", "series_parallel", "skip_chain"]
@@ -257,7 +257,7 @@ def one_f_one_b_forecast(forward, backward, static_bytes, activation_bytes, micr
     """``(step_ms, peak bytes per stage)`` of a 1F1B training step on paper: the replay of torch's
     own order (`devplace_lite.schedules.simulate`), a stage holding its static bytes and each
     micro-batch's activations from its forward to its backward."""
-    from ...schedules.simulate import simulate
+    from devplace_lite.schedules.simulate import simulate
 
     p = len(forward)
     sim = simulate("1f1b", p, int(microbatches), {"F": list(forward), "B": list(backward)},
@@ -313,7 +313,7 @@ register(id="08.6", name="my_1f1b_forecast", title="a schedule's forecast: step 
 def torchtitan_layers(layers: int, stages: int) -> np.ndarray:
     """Layers on each stage of torchtitan's default split (`torchtitan_split`): the embedding and
     the head each weighed as one layer."""
-    from ...pipeline.titan import torchtitan_split
+    from devplace_lite.pipeline.titan import torchtitan_split
 
     names = ["embed"] + [f"layers.{i}" for i in range(layers)] + ["head"]
     return np.bincount(torchtitan_split(names, stages)[1:-1], minlength=stages)

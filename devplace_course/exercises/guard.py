@@ -2,7 +2,7 @@
 
 Each exercise lists the library functions that compute its answer (``Exercise.forbidden``:
 ``"module"`` for everything defined there, ``"module:name"`` for one function or class; the
-references in ``devplace_lite.course.exercises`` are always on the list). Two checks, both run by the
+references in ``devplace_course.exercises`` are always on the list). Two checks, both run by the
 grader's worker inside the sandbox, the static one before any of the submission's code runs:
 
 * `inspect_statically` reads the submission's source (``ast``; nothing is executed): from the
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 #: every exercise also forbids its own reference and helpers
-ALWAYS_FORBIDDEN = ("devplace_lite.course.exercises.ch*",)
+ALWAYS_FORBIDDEN = ("devplace_course.exercises.ch*",)
 #: names whose use in a submission can hide a call; shown to the instructor for review
 _REVIEW_CALLS = {"getattr": "getattr", "__import__": "__import__", "exec": "exec", "eval": "eval",
                  "compile": "compile", "globals": "globals()", "setattr": "setattr"}
@@ -86,11 +86,11 @@ def resolve(pattern: str) -> list[tuple[str, types.FunctionType]]:
         for name, obj in list(vars(module).items()):
             if getattr(obj, "__module__", None) == module.__name__:
                 out += _functions_of(obj, f"{module.__name__}.{name}")
-    if module_name.startswith("devplace_lite.course.exercises.ch"):  # the registered references (lambdas included)
-        core = sys.modules.get("devplace_lite.course.exercises.core")
+    if module_name.startswith("devplace_course.exercises.ch"):  # the registered references (lambdas included)
+        core = sys.modules.get("devplace_course.exercises.core")
         for ex in (core.REGISTRY.values() if core else ()):
             ref = ex.reference
-            if isinstance(ref, types.FunctionType) and ref.__module__.startswith("devplace_lite.course.exercises.ch"):
+            if isinstance(ref, types.FunctionType) and ref.__module__.startswith("devplace_course.exercises.ch"):
                 out.append((f"the reference of exercise {ex.id}", ref))
     return out
 
@@ -165,10 +165,10 @@ class _Module:
 
 
 def _qualnames(fn: types.FunctionType, qualname: str) -> set[str]:
-    """Every dotted name under which the library reaches ``fn`` (its module and re-exports)."""
+    """Every dotted name under which the library or the course reaches ``fn`` (its module and re-exports)."""
     names = {qualname}
     for mod_name, module in list(sys.modules.items()):
-        if module is None or not mod_name.startswith("devplace_lite"):
+        if module is None or not mod_name.startswith(("devplace_lite", "devplace_course")):
             continue
         for attr, value in list(vars(module).items()):
             if value is fn:
@@ -315,7 +315,7 @@ class Guard:
 
     def refresh(self) -> None:
         """Guard what is new since the last call (modules imported, references registered, a reload)."""
-        core = sys.modules.get("devplace_lite.course.exercises.core")
+        core = sys.modules.get("devplace_course.exercises.core")
         state = (len(sys.modules), len(core.REGISTRY) if core else 0)
         if state == self._state and not self._dirty:
             return

@@ -6,13 +6,13 @@ import math
 
 import numpy as np
 
-from ...throughput.baselines import min_max_blocks
-from ...throughput.brkga import slice_order
-from ...cost import device_loads
-from ...devices import Cluster
-from ...throughput.exhaustive import batch_loads
-from ...generators import generate
-from ...graph import Graph, Node
+from devplace_lite.throughput.baselines import min_max_blocks
+from devplace_lite.throughput.brkga import slice_order
+from devplace_lite.cost import device_loads
+from devplace_lite.devices import Cluster
+from devplace_lite.throughput.exhaustive import batch_loads
+from devplace_lite.generators import generate
+from devplace_lite.graph import Graph, Node
 from .core import Case, close, random_topological_order, register
 
 # -- 05.3  the best slicing of one topological order -------------------------------------------

@@ -16,8 +16,8 @@ checked against, are found the same way: ``DEVPLACE_PIPER``, else ``../shared/re
 
 Usage::
 
-    python -m devplace_lite.course.reference [DEST] [--url URL] [--commit SHA]
-    python -m devplace_lite.course.reference --piper [DEST]
+    python -m devplace_course.reference [DEST] [--url URL] [--commit SHA]
+    python -m devplace_course.reference --piper [DEST]
 
 Only ``git`` is needed. ``--url`` may be any URL git can clone (the tests use a local stand-in).
 """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...generators import FAMILIES, generate
-from ...graph import Graph
+from devplace_lite.generators import FAMILIES, generate
+from devplace_lite.graph import Graph
 from .core import Case, close, register
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...devices import Cluster
-from ...generators import generate
-from ...graph import Graph, Node
-from ...throughput.ideals import count_ideals
-from ...units import unit_graph
+from devplace_lite.devices import Cluster
+from devplace_lite.generators import generate
+from devplace_lite.graph import Graph, Node
+from devplace_lite.throughput.ideals import count_ideals
+from devplace_lite.units import unit_graph
 from .core import Case, close, exact, register
 
 # -- 02.2  count the ideals of a small DAG ----------------------------------------------------
@@ -61,7 +61,7 @@ register(id="02.2", name="my_ideal_count", title="number of ideals of a small DA
 
 def dp_accelerators(graph: Graph, k: int) -> float:
     """Least max-load of a chain-of-ideals split on ``k`` accelerators (no CPU, no memory cap)."""
-    from ...throughput.dp import dp  # compiled on first use: keep it out of the exercise registry's import
+    from devplace_lite.throughput.dp import dp  # compiled on first use: keep it out of the exercise registry's import
 
     return float(dp(graph, Cluster(accelerators=int(k))).objective)
 
@@ -73,7 +73,7 @@ def _dp_cases(rng: np.random.Generator, i: int) -> Case:
 
 
 def _dp_slips(case: Case) -> list:
-    from ...throughput.dp import linear
+    from devplace_lite.throughput.dp import linear
 
     g, k = case.args
     free = g.with_nodes([Node(**{**v.__dict__, "comm": 0.0}) for v in g.nodes])

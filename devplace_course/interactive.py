@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import UsageError
+from devplace_lite.errors import UsageError
 
 #: The drawing code, inlined into every figure's HTML (it defines itself once per page).
 SCRIPT = Path(__file__).with_name("interactive.js")

@@ -2,7 +2,7 @@
 
 A chapter's first code cell is one line::
 
-    import devplace_lite as dl, devplace_lite.course.notebook as nb; FAST, rng = nb.start()
+    import devplace_lite as dl, devplace_course.notebook as nb; FAST, rng = nb.start()
 
 `start` applies the book's figure style and returns ``FAST`` (``DEVPLACE_FAST=1``: the
 small sizes CI runs) and a generator seeded for the chapter. `zoo_graph` reads a graph of the
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..graph import Graph
+from devplace_lite.graph import Graph
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,11 +34,11 @@ DEFAULT_TARGET = "devplace_lite[torch]"
 #: The install cell's line that names what to install (`with_install_cell` writes it).
 INSTALL_LINE = re.compile(r'^INSTALL_FROM = .*$', re.M)
 _INSTALL_CELL = """\
-# On a hosted notebook (Colab, Binder) where the library is missing, install it; elsewhere this
-# cell does nothing.
+# On a hosted notebook (Colab, Binder) where the library or its course is missing, install them
+# (one distribution); elsewhere this cell does nothing.
 import importlib.util, subprocess, sys
 INSTALL_FROM = {target}
-if importlib.util.find_spec("devplace_lite") is None:
+if importlib.util.find_spec("devplace_lite") is None or importlib.util.find_spec("devplace_course") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", INSTALL_FROM], check=True)"""
 
 
@@ -51,7 +51,7 @@ def start(seed: int = 0) -> tuple[bool, np.random.Generator]:
     >>> isinstance(fast, bool), bool(rng.integers(10) == np.random.default_rng(1).integers(10))
     (True, True)
     """
-    from .. import plot
+    from devplace_lite import plot
 
     plot.use_style()
     return os.environ.get("DEVPLACE_FAST") == "1", np.random.default_rng(seed)
@@ -66,7 +66,7 @@ def zoo_graph(name: str) -> Graph:
     GraphError
         When ``name`` is not one of the data files.
     """
-    from ..io import load_graph
+    from devplace_lite.io import load_graph
     from .data_build import DATA_DIR, build
 
     folder = DATA_DIR if DATA_DIR is not None and DATA_DIR.is_dir() else Path("zoo-graphs")
