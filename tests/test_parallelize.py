@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -86,6 +87,36 @@ def test_exact_equals_exhaustive(seed, layers, chain, devices, microbatches, mem
             if b.objective is not None:
                 assert b.objective >= want * (1 - 1e-9)
                 assert evaluate(m, b.stages)[0] == pytest.approx(b.objective, rel=1e-12)
+
+
+def _params_differ(m):
+    """``m`` with every layer's later options holding other parameter sizes than its first: the
+    planner then solves one knapsack per data-parallel degree instead of one for all."""
+    layers = tuple(replace(x, tmpcs={t: tuple(replace(o, parameter_size=o.parameter_size * (1 + 0.7 * i) + 1e7 * i)
+                                              for i, o in enumerate(os_)) for t, os_ in x.tmpcs.items()})
+                   for x in m.layers)
+    return replace(m, layers=layers)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), layers=st.integers(1, 4), chain=st.booleans(),
+       devices=st.integers(1, 6), microbatches=st.sampled_from([2, 4, 6]),
+       memory=st.sampled_from([3e8, 6e8, 1e9, 2e9]), options=st.sampled_from([2, 3]), shared=st.booleans())
+def test_exact_equals_exhaustive_when_memory_is_tight(seed, layers, chain, devices, microbatches, memory, options,
+                                                      shared):
+    """GNMT-like: memory that forces recomputation, and both knapsack paths (parameters shared by
+    a layer's options or not)."""
+    m = random_model(seed, layers=layers, chain=chain, degrees=(1, 2), devices=devices, memory=memory,
+                     microbatches=microbatches, options=options)
+    if not shared:
+        m = _params_differ(m)
+    want = exhaustive(m)
+    r = parallelize(m)
+    if want is None:
+        assert r.status == "infeasible" and r.objective is None
+    else:
+        assert r.status == "optimal" and math.isclose(r.objective, want, rel_tol=1e-9), (r.objective, want)
+        assert evaluate(m, r.stages)[0] == r.objective
 
 
 def test_recomputation_chosen_when_memory_is_short():
