@@ -56,6 +56,9 @@ CASES = [
     ("resnet", "resnet", 0, 16, 7680, 2.0),
     ("resnet", "resnet", 0, 64, 7680, 1.0),
     ("resnet", "resnet", 0, 128, 7680, 4.0),
+    ("resnet", "resnet", 0, 16, 7680, 4.0),
+    ("resnet", "resnet", 0, 64, 7680, 2.0),
+    ("resnet", "resnet", 0, 128, 7680, 8.0),
     ("gnmt", "gnmt", 0, 16, 256, 0.3),
     ("gnmt", "gnmt", 0, 32, 256, 0.8),
 ]

@@ -330,6 +330,47 @@ def _curve(n_items, optr, cost, A, B, M, Y, out, cut, greedy, fast, mem, choice,
 
 
 @helper
+def _resolve(y, thr, n_items, optr, cost, A, B, M, greedy, fast, mem, choice, gpick, mq, mst, mstamp, pt, base,
+             Smax, afast, bfast):
+    """The stage's least time at ``y`` micro-batches in flight, when it is below ``thr``, into the
+    memo ``mq[base + y]`` with its state ``mst``: 1 exact, 2 at least ``thr`` (nothing below it),
+    3 nothing fits. An exact optimum is also exact at every larger ``y`` where it still fits and
+    the fastest choice does not (the least time cannot fall as ``y`` grows)."""
+    low = 0.0
+    for i in range(n_items):
+        b = INF
+        for o in range(optr[i], optr[i + 1]):
+            b = min(b, A[o] * y + B[o])
+        low += b
+    if low > M:
+        mst[base + y] = 3
+        return
+    for o in range(optr[n_items]):
+        mem[o] = A[o] * y + B[o]
+    if greedy:
+        mq[base + y] = _piper_greedy(n_items, optr, cost, mem, fast, M, False, gpick)
+        mst[base + y] = 1
+        return
+    gval = _piper_greedy(n_items, optr, cost, mem, fast, M, True, gpick)
+    val = solve_mckp(n_items, optr, cost, mem, M, choice, thr, gval, gpick)
+    if val >= INF:
+        mq[base + y] = thr
+        mst[base + y] = 2
+        return
+    sa, sb = 0.0, 0.0
+    for i in range(n_items):
+        o = optr[i] + choice[i]
+        sa += A[o]
+        sb += B[o]
+    y2 = y
+    while y2 <= Smax and sa * y2 + sb <= M and not (afast * y2 + bfast <= M):
+        mq[base + y2] = val
+        mst[base + y2] = 1
+        mstamp[base + y2] = pt
+        y2 += 1
+
+
+@helper
 def stage_items(member, t_idx, nT, optr_vt, in_ptr, in_src, in_c, out_ptr, out_dst, out_c,
                 o_in, sfw, o_out, sbw, lay, n_lay, it_ptr, it_opt, it_e, it_A, it_B, Aall, Ball):
     """Items of the stage whose layers are ``lay[:n_lay]`` (``member`` marks them) at tensor
@@ -375,11 +416,11 @@ _I, _F = "i8[::1]", "f8[::1]"
 
 
 @kernel(f"i8(i8, i8, u1[:, ::1], {_I}, {_I}, {_I}, {_I}, {_I}, {_I}, {_F}, {_I}, {_I}, {_F}, {_I}, {_F}, "
-        f"{_I}, {_F}, {_F}, {_F}, {_F}, {_F}, {_F}, {_F}, {_I}, i8, i8, i8, f8, f8, b1, b1, f8, {_I}, {_I}, "
+        f"{_I}, {_F}, {_F}, {_F}, {_F}, {_F}, {_F}, {_F}, {_I}, i8, i8, i8, f8, f8, b1, b1, b1, f8, {_I}, {_I}, "
         f"{_I}, {_F}, i8[:, ::1], {_I})")
 def fill_ideals(I0, budget, member, isub_ptr, isub, tvals, optr_vt, in_ptr, in_src, in_c, out_ptr, out_dst,
                 out_c, o_in, sfw, o_out, sbw, p, w, Aall, Ball, minmem_vt, w_item, divs, K, Smax, N, M, bw,
-                greedy, shared, ub, ptr, pool_k, pool_s, pool_v, pool_o, flags):  # pragma: no cover
+                greedy, shared, dense, ub, ptr, pool_k, pool_s, pool_v, pool_o, flags):  # pragma: no cover
     """The DP's points of ideals ``I0, I0 + 1, ...`` from their sub-ideals' points, until about
     ``budget`` pairs were visited; returns the next ideal, or ``-1 - I`` when the pool is full at
     ``I`` (grow it and call again from ``I``).
@@ -416,6 +457,14 @@ def fill_ideals(I0, budget, member, isub_ptr, isub, tvals, optr_vt, in_ptr, in_s
     order = np.zeros(ccap, np.int64)
     cnt_s = np.zeros(Smax + 2, np.int64)
     cnt_k = np.zeros(K + 2, np.int64)
+    P = np.full((K + 1, Smax + 1) if dense else (1, 1), INF)
+    PO = np.zeros((K + 1, Smax + 1, 3) if dense else (1, 1, 3), np.int64)
+    nslot = divs.shape[0] * (Smax + 2)
+    mstamp = np.full(nslot, -1, np.int64)
+    mst = np.zeros(nslot, np.int64)
+    mq = np.zeros(nslot)
+    pt = 0
+    cf, afast, bfast = 0.0, 0.0, 0.0
     pairs = 0
     I = I0
     while I < nI and pairs < budget:
@@ -491,6 +540,105 @@ def fill_ideals(I0, budget, member, isub_ptr, isub, tvals, optr_vt, in_ptr, in_s
                     item_costs(it_ptr[n_items], it_opt, it_e, p, w, 1, N, bw, it_cost)
                     for x in range(n_lay):
                         W += 4.0 * w_item[lay[x] * nT + ti] / N / bw
+                if dense:
+                    # each candidate is checked against the least value already reached at no more
+                    # devices and degree sum (P), first with the stage's fastest time as its bound;
+                    # the knapsack is solved only for a candidate that may still beat P, and only
+                    # below P: most candidates of a memory-tight model never need one
+                    pt += 1
+                    for di in range(nd):
+                        d = divs[di]
+                        dt = d * t
+                        slot = 0 if shared else di
+                        base = slot * (Smax + 2)
+                        if (not shared) or di == 0:
+                            if not shared:
+                                item_costs(it_ptr[n_items], it_opt, it_e, p, w, d, N, bw, it_cost)
+                            cf = _fastest(n_items, it_ptr, it_cost, fast)
+                            afast, bfast = 0.0, 0.0
+                            for i in range(n_items):
+                                afast += it_A[fast[i]]
+                                bfast += it_B[fast[i]]
+                        gfast = (cf - W) / d + W if shared else cf
+                        if gfast > ub:
+                            flags[0] = 1
+                            continue
+                        brk = -1
+                        for e in range(lo, hi):
+                            kk = pool_k[e]
+                            if kk + dt > K:
+                                break
+                            if kk == brk:
+                                continue
+                            s = pool_s[e] + d
+                            if s > Smax:
+                                brk = kk
+                                continue
+                            k = kk + dt
+                            Pks = P[k, s]
+                            vf = pool_v[e]
+                            if vf >= Pks:
+                                continue
+                            y = (s + d - 1) // d
+                            if afast * y + bfast <= M:
+                                g = gfast
+                            else:
+                                known = mstamp[base + y] == pt
+                                if known and mst[base + y] == 3:
+                                    brk = kk
+                                    continue
+                                q = cf
+                                if known and mq[base + y] > q:
+                                    q = mq[base + y]
+                                g = (q - W) / d + W if shared else q
+                                if g > ub:
+                                    flags[0] = 1
+                                    brk = kk
+                                    continue
+                                if (vf if vf > g else g) >= Pks:
+                                    if vf <= g:
+                                        brk = kk
+                                    continue
+                                if not (known and mst[base + y] == 1):
+                                    lim = Pks if Pks < ub else ub
+                                    thr = W + d * (lim - W) if shared else lim
+                                    if not known:
+                                        mstamp[base + y] = pt
+                                        mst[base + y] = 0
+                                    flags[2] += 1
+                                    _resolve(y, thr, n_items, it_ptr, it_cost, it_A, it_B, M, greedy, fast, mem,
+                                             choice, gpick, mq, mst, mstamp, pt, base, Smax, afast, bfast)
+                                    if mst[base + y] == 3:
+                                        brk = kk
+                                        continue
+                                    if mst[base + y] == 2:
+                                        if Pks >= INF:
+                                            flags[0] = 1
+                                        brk = kk  # vf < lim <= the stage's time here
+                                        continue
+                                q = mq[base + y]
+                                g = (q - W) / d + W if shared else q
+                                if g > ub:
+                                    flags[0] = 1
+                                    brk = kk
+                                    continue
+                            x = vf if vf > g else g
+                            if x < Pks:
+                                nc += 1
+                                k2 = k
+                                while k2 <= K and P[k2, s] > x:
+                                    s2 = s
+                                    while s2 <= Smax and P[k2, s2] > x:
+                                        P[k2, s2] = x
+                                        s2 += 1
+                                    k2 += 1
+                                PO[k, s, 0] = J
+                                PO[k, s, 1] = t
+                                PO[k, s, 2] = d
+                            if vf <= g:
+                                brk = kk
+                    continue
+                if shared:
                     # the largest time per sample at d = 1 that some allowed d brings within ub
                     # (linear in d: one of the extreme degrees whose y range still holds y)
                     di = nd - 1
@@ -562,6 +710,28 @@ def fill_ideals(I0, budget, member, isub_ptr, isub, tvals, optr_vt, in_ptr, in_s
                         if vf <= g:
                             brk = kk
         flags[3] += nc
+        if dense:
+            L = ptr[I]
+            for k in range(K + 1):
+                for s in range(Smax + 1):
+                    v = P[k, s]
+                    if v < INF and (k == 0 or P[k - 1, s] > v) and (s == 0 or P[k, s - 1] > v):
+                        if L >= pool_k.shape[0]:
+                            flags[1] += pairs
+                            return -1 - I
+                        pool_k[L] = k
+                        pool_s[L] = s
+                        pool_v[L] = v
+                        pool_o[L, 0] = PO[k, s, 0]
+                        pool_o[L, 1] = PO[k, s, 1]
+                        pool_o[L, 2] = PO[k, s, 2]
+                        L += 1
+            for k in range(K + 1):
+                for s in range(Smax + 1):
+                    P[k, s] = INF
+            ptr[I + 1] = L
+            I += 1
+            continue
         # keep the candidates no other of fewer or equal k and s beats: in order of (k, s), one
         # pass with the least value so far at each s
         L = ptr[I]

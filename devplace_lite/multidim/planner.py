@@ -151,6 +151,7 @@ def plan_exact(model: Model, time_limit: float | None = None, knapsack: str = "e
     tvals = np.array(arr.tvals, np.int64)
     greedy = knapsack == "greedy"
     shared = arr.shared and not greedy
+    dense = (K + 1) * (Smax + 1) <= _DENSE_CELLS
     ptr = np.zeros(nI + 1, np.int64)
     cap = 1 << 16
     pool_k, pool_s, pool_v, pool_o = (np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap),
@@ -175,7 +176,7 @@ def plan_exact(model: Model, time_limit: float | None = None, knapsack: str = "e
             r = kn.fill_ideals(I, _PAIRS_PER_CALL, bits, isub_ptr, isub, tvals, arr.optr_vt, arr.in_ptr, arr.in_src,
                                arr.in_c, arr.out_ptr, arr.out_dst, arr.out_c, arr.o_in, arr.sfw, arr.o_out, arr.sbw,
                                arr.p, arr.w, arr.A, arr.B, arr.minmem, arr.w_item, divs, K, Smax, N, model.memory,
-                               model.bandwidth, greedy, shared, ub, ptr, pool_k, pool_s, pool_v, pool_o, flags)
+                               model.bandwidth, greedy, shared, dense, ub, ptr, pool_k, pool_s, pool_v, pool_o, flags)
             if r < 0:  # the pool is full at ideal -1 - r: grow it, go on from there
                 I = -1 - r
                 cap *= 2
@@ -220,6 +221,9 @@ def plan_exact(model: Model, time_limit: float | None = None, knapsack: str = "e
     return Result("exact", "optimal", obj, stages, bound=obj, seconds=time.monotonic() - start, stats=stats)
 
 
+#: Largest (k + 1)(s + 1) grid an ideal's candidates are checked against as they come (GNMT,
+#: ResNet); past it they are sorted once per ideal (BERT on thousands of devices).
+_DENSE_CELLS = 1 << 15
 #: Pairs of ideals the kernel visits between two looks at the clock (and the progress bar).
 _PAIRS_PER_CALL = 200_000
 
