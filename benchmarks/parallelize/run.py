@@ -163,7 +163,12 @@ def render(rows: list[dict], meta: dict) -> str:
         lines.append(f"| {r['model']} | {r['devices']} | {r['microbatches']} | {r['gib']:g} | "
                      f"{f(r.get('piper_tps')) if r['piper_status'] == 'ok' else r['piper_status']} | "
                      f"{f(r['exact_tps'])} | {f(r.get('rel_exact'), '{:.1e}')} | {f(r.get('rel_greedy'), '{:.1e}')} | "
-                     f"{f(r.get('piper_cpu'), '{:.3f}')} | {r['exact_cpu']:.3f} | {f(ratio, '{:.3f}')} | {r['load']} |")
+                     f"{f(r.get('piper_cpu'), '{:.3f}')}{' *' if r.get('piper_run') else ''} | {r['exact_cpu']:.3f} | "
+                     f"{f(ratio, '{:.3f}')} | {r['load']} |")
+    earlier = sorted({r["piper_run"] for r in rows if r.get("section") == "compare" and r.get("piper_run")})
+    if earlier:
+        lines += ["", "\\* Piper's figures from an earlier run on this machine (Piper needs 6 to past 30 minutes "
+                  "there), not re-measured: " + "; ".join(earlier) + ". Ours re-measured in this run."]
     done = {(r["model"], r["devices"], r["microbatches"], r["gib"]) for r in rows if r.get("section") == "compare"}
     missing = [c for c in CASES + SLOW if (c[0], c[3], c[4], c[5]) not in done]
     if missing:
