@@ -313,7 +313,8 @@ def main(argv=None) -> int:
     if a.sweep or a.gnmt:
         cases = []
     with tempfile.TemporaryDirectory() as tmp:
-        binary = None if a.sweep or a.gnmt else Path(a.piper_bin) if a.piper_bin else build_piper(a.piper_git, Path(tmp))
+        binary = (None if a.sweep or a.gnmt else Path(a.piper_bin) if a.piper_bin
+                  else build_piper(a.piper_git, Path(tmp)))
         for name, key, tr, k, n, gb in cases:
             if (key, tr) not in models:
                 models[(key, tr)] = load_model(key, tr, binary, Path(tmp))
