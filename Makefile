@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 # The compiled kernels, ahead of time for this CPU (devplace_lite/compiled.py): a command then
 # never imports numba. Without a C compiler this prints a note and the kernels use numba's JIT.
 AOT := $(VENV)/.aot-stamp
-$(AOT): $(STAMP) devplace_lite/compiled.py devplace_lite/throughput/dp.py devplace_lite/throughput/slicing.py
+$(AOT): $(STAMP) devplace_lite/compiled.py devplace_lite/throughput/dp.py devplace_lite/throughput/slicing.py devplace_lite/multidim/_kernels.py
 	$(BIN)/python -m devplace_lite.compiled
 	touch $@
 

@@ -1,8 +1,11 @@
 """The library's compiled kernels: built ahead of time at install, numba's JIT otherwise.
 
 A kernel is a plain Python function over numpy arrays and numbers, written once where its
-algorithm lives (`devplace_lite.throughput.dp`, `devplace_lite.throughput.slicing`) and marked with `kernel` and its
-numba signature. Two ways to run it compiled, the same code either way:
+algorithm lives (`devplace_lite.throughput.dp`, `devplace_lite.throughput.slicing`,
+`devplace_lite.multidim._kernels`) and marked with `kernel` and its numba signature. The
+functions a kernel calls are marked with `helper` (before the kernels of their module, whose
+fingerprint then covers them): plain Python until a kernel of their module is compiled, then
+numba functions in their module's namespace. Two ways to run it compiled, the same code either way:
 
 * **Ahead of time.** ``make install`` runs ``python -m devplace_lite.compiled``, which compiles
   every kernel with numba's ahead-of-time compiler for this machine's CPU into one extension
@@ -38,7 +41,7 @@ from types import CodeType
 from typing import Any, Callable
 
 #: Modules whose kernels the ahead-of-time build compiles.
-MODULES = ("throughput.dp", "throughput.slicing")
+MODULES = ("throughput.dp", "throughput.slicing", "multidim._kernels")
 #: The extension module the build writes (``devplace_lite/_aot.<platform tag>.so``).
 AOT_MODULE = "_aot"
 
@@ -49,6 +52,10 @@ def _code_key(code: CodeType) -> list:
     """What a code object computes, without line numbers (moving a kernel keeps its build)."""
     consts = [_code_key(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts]
     return [code.co_code.hex(), consts, code.co_names, code.co_varnames]
+
+
+#: Per module, the functions its kernels call (`helper`), by name.
+HELPERS: dict[str, dict[str, Callable]] = {}
 
 
 class Kernel:
@@ -62,7 +69,9 @@ class Kernel:
         functools.update_wrapper(self, fn)
         self.py_func = fn
         self.signature = signature
-        key = repr([_code_key(fn.__code__), signature]).encode()
+        helpers = HELPERS.get(fn.__module__, {})
+        key = repr([_code_key(fn.__code__), signature,
+                    [[name, _code_key(h.__code__)] for name, h in sorted(helpers.items())]]).encode()
         self.export_name = f"{fn.__module__.rsplit('.', 1)[-1]}_{fn.__name__.lstrip('_')}_" \
                            f"{hashlib.blake2b(key, digest_size=6).hexdigest()}"
         self._impl: Callable | None = None
@@ -84,10 +93,23 @@ class Kernel:
         """The numba JIT version (cached on disk)."""
         from numba import njit
 
+        _compile_helpers(self.py_func.__module__)
         return njit(cache=True, nogil=True)(self.py_func)
 
 
-_DTYPES = {"b1": "bool", "i1": "int8", "i4": "int32", "i8": "int64", "f8": "float64"}
+def _compile_helpers(module: str) -> None:
+    """Replace the helpers of ``module`` in its namespace by numba functions (once), so that
+    its kernels, compiled by the JIT or ahead of time, call compiled code."""
+    from numba import njit
+    from numba.core.registry import CPUDispatcher
+
+    ns = sys.modules[module].__dict__
+    for name, fn in HELPERS.get(module, {}).items():
+        if not isinstance(ns.get(name), CPUDispatcher):
+            ns[name] = njit(cache=True, nogil=True)(fn)
+
+
+_DTYPES = {"b1": "bool", "i1": "int8", "u1": "uint8", "i4": "int32", "i8": "int64", "f8": "float64"}
 
 
 def _array_args(signature: str) -> list[tuple[int, str, int, bool]]:
@@ -146,6 +168,20 @@ def kernel(signature: str) -> Callable[[Callable], Kernel]:
     return mark
 
 
+def helper(fn: Callable) -> Callable:
+    """Mark a function that kernels of its module call (module docstring); returns it unchanged.
+
+    Raises
+    ------
+    RuntimeError
+        When a kernel of the module is already marked: its fingerprint would miss this code.
+    """
+    if any(k.py_func.__module__ == fn.__module__ for k in REGISTRY.values()):
+        raise RuntimeError(f"helper {fn.__name__} of {fn.__module__} must come before the module's kernels")
+    HELPERS.setdefault(fn.__module__, {})[fn.__name__] = fn
+    return fn
+
+
 def _aot_module() -> Any:
     global _aot
     if _aot is None:
@@ -171,6 +207,7 @@ def build(output_dir: str | None = None) -> str:
 
     for name in MODULES:
         importlib.import_module(f"devplace_lite.{name}")
+        _compile_helpers(f"devplace_lite.{name}")
     cc = CC(AOT_MODULE)
     cc.output_dir = output_dir or os.path.dirname(os.path.abspath(__file__))
     cc.target_cpu = "host"  # built where it runs (make install): use this CPU's instructions

@@ -5,13 +5,15 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from devplace_lite.errors import GraphError, UsageError
 from devplace_lite.methods import PARALLELIZE
-from devplace_lite.multidim import evaluate, parallelize
+from devplace_lite.multidim import evaluate, parallelize, planner
 from devplace_lite.multidim.generate import random_model
 from devplace_lite.multidim.model import model_from_dict, model_to_dict, repeat_layer
 from devplace_lite.multidim.plan import Stage
@@ -88,6 +90,39 @@ def test_exact_equals_exhaustive(seed, layers, chain, devices, microbatches, mem
                 assert evaluate(m, b.stages)[0] == pytest.approx(b.objective, rel=1e-12)
 
 
+def _params_differ(m):
+    """``m`` with every layer's later options holding other parameter sizes than its first: the
+    planner then solves one knapsack per data-parallel degree instead of one for all."""
+    layers = tuple(replace(x, tmpcs={t: tuple(replace(o, parameter_size=o.parameter_size * (1 + 0.7 * i) + 1e7 * i)
+                                              for i, o in enumerate(os_)) for t, os_ in x.tmpcs.items()})
+                   for x in m.layers)
+    return replace(m, layers=layers)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), layers=st.integers(1, 4), chain=st.booleans(),
+       devices=st.integers(1, 6), microbatches=st.sampled_from([2, 4, 6]),
+       memory=st.sampled_from([3e8, 6e8, 1e9, 2e9]), options=st.sampled_from([2, 3]), shared=st.booleans(),
+       dense=st.booleans())
+def test_exact_equals_exhaustive_when_memory_is_tight(seed, layers, chain, devices, microbatches, memory, options,
+                                                      shared, dense):
+    """GNMT-like: memory that forces recomputation, both knapsack paths (parameters shared by a
+    layer's options or not) and both ways of keeping an ideal's points (candidates checked as they
+    come, solving a knapsack only when it may matter; or all sorted at the end)."""
+    m = random_model(seed, layers=layers, chain=chain, degrees=(1, 2), devices=devices, memory=memory,
+                     microbatches=microbatches, options=options)
+    if not shared:
+        m = _params_differ(m)
+    want = exhaustive(m)
+    with mock.patch.object(planner, "_DENSE_CELLS", planner._DENSE_CELLS if dense else 0):
+        r = parallelize(m)
+    if want is None:
+        assert r.status == "infeasible" and r.objective is None
+    else:
+        assert r.status == "optimal" and math.isclose(r.objective, want, rel_tol=1e-9), (r.objective, want)
+        assert evaluate(m, r.stages)[0] == r.objective
+
+
 def test_recomputation_chosen_when_memory_is_short():
     m = random_model(5, layers=3, chain=True, degrees=(1,), devices=1, microbatches=1, memory=1e12)
     roomy = parallelize(m)
@@ -124,7 +159,6 @@ def test_infeasible_reason_names_the_layer():
 
 def test_repeat_layer_grows_the_chain_as_piper_does():
     m = random_model(4, layers=6, chain=True)
-    from dataclasses import replace
 
     m = replace(m, layers=tuple(replace(x, name="T" if 1 <= x.id <= 4 else x.name) for x in m.layers))
     g = repeat_layer(m, 7, name="T")

@@ -56,6 +56,9 @@ CASES = [
     ("resnet", "resnet", 0, 16, 7680, 2.0),
     ("resnet", "resnet", 0, 64, 7680, 1.0),
     ("resnet", "resnet", 0, 128, 7680, 4.0),
+    ("resnet", "resnet", 0, 16, 7680, 4.0),
+    ("resnet", "resnet", 0, 64, 7680, 2.0),
+    ("resnet", "resnet", 0, 128, 7680, 8.0),
     ("gnmt", "gnmt", 0, 16, 256, 0.3),
     ("gnmt", "gnmt", 0, 32, 256, 0.8),
 ]
@@ -65,6 +68,10 @@ SLOW = [
     ("gnmt", "gnmt", 0, 8, 256, 1.2),
     ("gnmt", "gnmt", 0, 64, 256, 0.3),
 ]
+# Piper's own GNMT experiments (algo.cpp, runGNMT: devices, GiB; N = the file's 256): ours only,
+# Piper needs from minutes to past half an hour on each (--gnmt, into gnmt.json)
+GNMT_PAPER = [(2, 2.5), (2, 3.5), (4, 1.2), (4, 2.5), (8, 0.6), (8, 1.2), (8, 2.4), (16, 0.3), (16, 0.6),
+              (16, 1.2), (32, 0.3), (32, 0.8), (64, 0.3)]
 # what the extra dimensions buy (the paper's bar charts): BERT-32, N = 1920, 25 GiB/s
 BASELINE_KS = (8, 32, 64, 128, 512, 1024, 2048)
 BASELINE_GIB = (2.0, 8.0)
@@ -114,14 +121,18 @@ def load_model(key: str, transformers: int, binary: Path | None, tmp: Path):
     return read_model(dump)
 
 
-def run_ours(model, k: int, n: int, gb: float, method: str, label: str) -> dict:
+def run_ours(model, k: int, n: int, gb: float, method: str, label: str, detail: bool = False) -> dict:
     from devplace_lite.multidim import parallelize
 
     t0 = time.process_time()
     r = parallelize(model, devices=k, microbatches=n, memory=gb * GIB, bandwidth=BANDWIDTH, method=method)
     cpu = time.process_time() - t0
-    return {f"{label}_status": r.status, f"{label}_tps": r.objective, f"{label}_cpu": round(cpu, 4),
-            f"{label}_stages": len(r.stages), f"{label}_rounds": r.stats.get("rounds")}
+    out = {f"{label}_status": r.status, f"{label}_tps": r.objective, f"{label}_cpu": round(cpu, 4),
+           f"{label}_stages": len(r.stages), f"{label}_rounds": r.stats.get("rounds")}
+    if detail:
+        out.update(pairs=r.stats.get("pairs"), knapsacks=r.stats.get("stage_curves"),
+                   reason=r.reason if r.objective is None else None)
+    return out
 
 
 def rel(a, b):
@@ -152,7 +163,12 @@ def render(rows: list[dict], meta: dict) -> str:
         lines.append(f"| {r['model']} | {r['devices']} | {r['microbatches']} | {r['gib']:g} | "
                      f"{f(r.get('piper_tps')) if r['piper_status'] == 'ok' else r['piper_status']} | "
                      f"{f(r['exact_tps'])} | {f(r.get('rel_exact'), '{:.1e}')} | {f(r.get('rel_greedy'), '{:.1e}')} | "
-                     f"{f(r.get('piper_cpu'), '{:.3f}')} | {r['exact_cpu']:.3f} | {f(ratio, '{:.3f}')} | {r['load']} |")
+                     f"{f(r.get('piper_cpu'), '{:.3f}')}{' *' if r.get('piper_run') else ''} | {r['exact_cpu']:.3f} | "
+                     f"{f(ratio, '{:.3f}')} | {r['load']} |")
+    earlier = sorted({r["piper_run"] for r in rows if r.get("section") == "compare" and r.get("piper_run")})
+    if earlier:
+        lines += ["", "\\* Piper's figures from an earlier run on this machine (Piper needs 6 to past 30 minutes "
+                  "there), not re-measured: " + "; ".join(earlier) + ". Ours re-measured in this run."]
     done = {(r["model"], r["devices"], r["microbatches"], r["gib"]) for r in rows if r.get("section") == "compare"}
     missing = [c for c in CASES + SLOW if (c[0], c[3], c[4], c[5]) not in done]
     if missing:
@@ -173,6 +189,16 @@ def render(rows: list[dict], meta: dict) -> str:
                 cells.append("null" if v is None else f"{v:.4g} ({v / r['exact_tps']:.2f}x)")
             lines.append(f"| {r['gib']:g} | {r['devices']} | {f(r['exact_tps'], '{:.4g}')} | " + " | ".join(cells)
                          + f" | {r['load']} |")
+    gnmt = [r for r in rows if r.get("section") == "gnmt"]
+    if gnmt:
+        lines += ["", "## GNMT over Piper's own experiments (ours only, exact)", "",
+                  "Piper's `runGNMT` instances (N = 256, 25 GiB/s). Command: `python -m benchmarks.parallelize.run "
+                  "--gnmt`; CPU seconds of one planning call; `null`: no plan fits (the reason given).", "",
+                  "| k | GiB | TPS | status | CPU s | pairs of ideals | knapsacks solved | load |",
+                  "|---:|---:|---:|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['devices']} | {r['gib']:g} | {f(r['exact_tps'])} | {r['exact_status']} | "
+                  f"{r['exact_cpu']:.3f} | {r.get('pairs')} | {r.get('knapsacks')} | {r['load']} |" for r in gnmt]
+        lines += [""] + [f"- k = {r['devices']}, {r['gib']:g} GiB: {r['reason']}" for r in gnmt if r.get("reason")]
     sweep = [r for r in rows if r.get("section") == "sweep"]
     if sweep:
         lines += ["", "## The paper's scalability sweep (ours only, exact)", "",
@@ -238,6 +264,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only-slow", action="store_true", help="only those")
     ap.add_argument("--sweep", action="store_true",
                     help="only the scalability sweep (ours only), into sweep.json beside results.json")
+    ap.add_argument("--gnmt", action="store_true",
+                    help="only Piper's GNMT experiments (ours only), into gnmt.json beside results.json")
     ap.add_argument("--baselines", action="store_true",
                     help="only the baselines against the exact plan (BERT-32), into baselines.json and baselines.png")
     ap.add_argument("--timeout", type=float, default=1800.0, help="wall seconds per Piper run")
@@ -246,12 +274,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     from devplace_lite.io import write_json_atomic
 
-    out = HERE / ("sweep.json" if a.sweep else "results.json")
+    out = HERE / ("sweep.json" if a.sweep else "gnmt.json" if a.gnmt else "results.json")
 
     def write_readme() -> None:
         d = json.loads((HERE / "results.json").read_text())
-        rows = d["rows"] + (json.loads((HERE / "sweep.json").read_text())["rows"]
-                            if (HERE / "sweep.json").exists() else [])
+        rows = d["rows"] + [r for name in ("gnmt.json", "sweep.json") if (HERE / name).exists()
+                            for r in json.loads((HERE / name).read_text())["rows"]]
         (HERE / "README.md").write_text(render(rows, d["meta"]))
 
     if a.render:
@@ -282,10 +310,11 @@ def main(argv=None) -> int:
         keep = set(a.only.split(","))
         cases = [c for c in cases if c[0] in keep]
     models: dict = {}
-    if a.sweep:
+    if a.sweep or a.gnmt:
         cases = []
     with tempfile.TemporaryDirectory() as tmp:
-        binary = None if a.sweep else Path(a.piper_bin) if a.piper_bin else build_piper(a.piper_git, Path(tmp))
+        binary = (None if a.sweep or a.gnmt else Path(a.piper_bin) if a.piper_bin
+                  else build_piper(a.piper_git, Path(tmp)))
         for name, key, tr, k, n, gb in cases:
             if (key, tr) not in models:
                 models[(key, tr)] = load_model(key, tr, binary, Path(tmp))
@@ -297,6 +326,15 @@ def main(argv=None) -> int:
             if row["piper_status"] == "ok":
                 row["rel_exact"] = rel(row["exact_tps"], row["piper_tps"])
                 row["rel_greedy"] = rel(row["greedy_tps"], row["piper_tps"])
+            row["load"] = round(os.getloadavg()[0], 1)
+            print(row, flush=True)
+            rows.append(row)
+            write_json_atomic(out, {"meta": meta, "rows": rows})
+    if a.gnmt:
+        model = load_model("gnmt", 0, None, HERE)
+        for k, gb in GNMT_PAPER:
+            row = {"section": "gnmt", "model": "gnmt", "devices": k, "microbatches": model.microbatches, "gib": gb}
+            row.update(run_ours(model, k, model.microbatches, gb, "exact", "exact", detail=True))
             row["load"] = round(os.getloadavg()[0], 1)
             print(row, flush=True)
             rows.append(row)
