@@ -9,6 +9,8 @@ parallelize_module, DDP and pipelining, every output and gradient equal to the u
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -143,7 +145,11 @@ def test_cost_per_degree_on_a_llama_3_8b_layer_captured_on_the_meta_device():
     """One Llama-3-8B layer (32 heads, 8 key-value heads, MLP 14,336, 2,048 tokens), no weights
     allocated: the compute of one device falls with t, never below 1/t of t = 1's (the replicated
     input is read whole); the all-reduces grow with t; 8 key-value heads allow t <= 8."""
-    tr = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
+    with contextlib.suppress(UsageError):  # transformers imports torchvision, whose operators a CPU torch lacks
+        external.import_torchvision()
+    import transformers as tr
+
     cfg = tr.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=1, num_attention_heads=32,
                          num_key_value_heads=8, vocab_size=128256, use_cache=False)
     cfg._attn_implementation = "eager"
