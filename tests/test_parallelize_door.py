@@ -12,17 +12,10 @@ from devplace_lite.devices import SPECS
 from devplace_lite.errors import GraphError, UsageError
 from devplace_lite.multidim import EXAMPLE, load_model, parallelize
 from devplace_lite.multidim.convert import DP_BANDWIDTH, TP_BANDWIDTH, from_graph
+from test_parallelize import _cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "data" / "graphs" / "bert_layer_training.json"
-
-
-def _cli(args, capsys):
-    from devplace_lite.cli import main
-
-    code = main(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_the_shipped_example_is_what_convert_makes(tmp_path, capsys):
