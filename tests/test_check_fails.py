@@ -20,7 +20,7 @@ def on_path(monkeypatch):
     """torchrun's processes import the test models by spec; no message-price probe (a 20 s run):
     these tests are about the check, not the forecast."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setattr("devplace_lite.pipeline.planner.message_price", lambda **kw: 50.0)
+    monkeypatch.setattr("devplace_lite.pipeline.calibration.message_price", lambda **kw: 50.0)
 
 
 def _plan(capsys, tmp_path, model: str, *extra: str) -> tuple[int, str, str]:

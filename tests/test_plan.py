@@ -22,7 +22,7 @@ from devplace_lite.cost import evaluate  # noqa: E402
 from devplace_lite.errors import GraphError, UsageError  # noqa: E402
 from devplace_lite.pipeline.capture import (_run_in_order, _whole, capture, measure_segments,  # noqa: E402
                                             segment_graph)
-from devplace_lite.pipeline.calibrate import _fit, scaled_graph  # noqa: E402
+from devplace_lite.pipeline.calibration import _fit, scaled_graph  # noqa: E402
 from devplace_lite.pipeline.planner import (even_split, in_flight, plan, plan_graph,  # noqa: E402
                                             stage_assignment)
 from devplace_lite.pipeline.torchrun import launch, torchrun_commands  # noqa: E402
@@ -383,7 +383,7 @@ def test_a_broadcast_value_at_a_boundary_is_profiled_as_the_copy_it_is_sent_as()
 
 
 def test_the_runtime_s_cpu_time_is_counted_outside_the_passes_and_the_message_price_is_cpu_only():
-    from devplace_lite.pipeline.calibrate import message_price
+    from devplace_lite.pipeline.calibration import message_price
     from devplace_lite.pipeline.torchrun import _overhead
 
     record = [("F", 0.1, 0.2, 10.0, 0, 0), ("B", 0.3, 0.4, 20.0, 0, 0), ("W", 0.5, 0.6, 5.0, 0, 0),

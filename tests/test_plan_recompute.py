@@ -142,7 +142,7 @@ def test_a_recomputed_stage_runs_with_the_same_gradients_and_fewer_saved_bytes(t
 def test_calibration_counts_the_recomputed_forward(graph):
     """A recomputing stage's measured backward holds its forward once more: calibration takes it
     out before the ratio, and the forecast's compute and busy time put it in."""
-    from devplace_lite.pipeline.planner import _stage_scales
+    from devplace_lite.pipeline.calibration import _stage_scales
 
     p = plan_graph(graph, k=2, microbatches=4, schedule="1f1b")
     q = dataclasses.replace(p, recompute=[True, False])

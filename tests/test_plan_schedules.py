@@ -149,7 +149,7 @@ def test_calibration_scales_each_stage_and_keeps_the_better(graph, tmp_path, mon
     """Stage 0 runs 3x its forecast: its factors are 3, the others 1; the calibrated plan is
     kept when its own run matches it, the first plan when the second run is further off."""
     import devplace_lite.pipeline.torchrun as tr
-    from devplace_lite.pipeline.calibrate import calibrate
+    from devplace_lite.pipeline.calibration import calibrate
 
     p = plan_graph(graph, k=2, microbatches=4, schedule="1f1b")
     p.model_spec = "plan_models:unequal"
@@ -181,7 +181,7 @@ def test_calibration_scales_the_weight_pass_apart_where_the_run_split_the_backwa
     """Under a zero-bubble schedule the run measures W per stage: its factor is its own, and the
     scaled profile forecasts that stage's W accordingly; a run with no split backward scales W
     as B."""
-    from devplace_lite.pipeline.calibrate import _stage_scales, scaled_graph
+    from devplace_lite.pipeline.calibration import _stage_scales, scaled_graph
     from devplace_lite.pipeline.planner import with_stages
 
     p = plan_graph(graph, k=2, microbatches=4, schedule="zbv")

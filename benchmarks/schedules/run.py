@@ -11,7 +11,7 @@ Recorded per case:
   (thread CPU time of one micro-batch's F, B, I, W per stage);
 * **measured replay**: the same replay with the run's own least CPU time of every stage and
   action kind (and the runtime around each pass as the run measured it, where the forecast
-  prices the probe's: `devplace_lite.pipeline.planner.message_price`, measured once at the
+  prices the probe's: `devplace_lite.pipeline.calibration.message_price`, measured once at the
   start as ``devplace plan --run`` does): what the step takes with one free core per rank. forecast / measured replay is
   the forecast's error that a quiet machine would show, with the load taken out;
 * **wall step**: the median wall time of the run's steps (the machine's load included);
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    from devplace_lite.pipeline.calibrate import message_price
+    from devplace_lite.pipeline.calibration import message_price
 
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from devplace_lite.pipeline.calibrate import message_price
+    from devplace_lite.pipeline.calibration import message_price
 
     t0, rows = time.perf_counter(), []
     action_ms = message_price()  # the plan prices a message, as `devplace plan --run` does

@@ -49,7 +49,7 @@ the first choice planned. ``--run`` and ``--calibrate`` runs come after the limi
 ``--run`` runs the script under torchrun here after planning (``--nodes 2``: two torchrun nodes
 on loopback) and reports the measured stage CPU times next to the forecast. Before planning, a
 CPU run (``-k`` above 1) first measures what a message costs its pass on this machine's wall
-clock beyond the pass's CPU time (`devplace_lite.pipeline.calibrate.message_price`, about 20 s:
+clock beyond the pass's CPU time (`devplace_lite.pipeline.calibration.message_price`, about 20 s:
 three short runs of a small zoo model) and the forecast prices it on every forward and
 backward, once per message the pass exchanges with another rank. Where that price makes fewer
 stages forecast a shorter step (on a busy laptop, often one stage), the plan uses fewer ranks
@@ -247,7 +247,7 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
-    from ..pipeline.calibrate import calibrate, message_price
+    from ..pipeline.calibration import calibrate, message_price
     from ..pipeline.planner import plan
     from ..pipeline.torchrun import launch
     from ..zoo import load

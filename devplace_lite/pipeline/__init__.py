@@ -12,8 +12,8 @@
   step under any of torch's schedules (`devplace_lite.schedules`), memory per rank, and the
   splits practitioners use (`planner.with_method`, `planner.even_split`) scored alike,
   with nothing run (its torchrun script written by `script`);
-* `calibrate` — running a plan to measure it: the price of a message on this machine, which a
-  plan for a run prices (`calibrate.message_price`), and calibration (`calibrate.calibrate`);
+* `calibration` — running a plan to measure it: the price of a message on this machine, which a
+  plan for a run prices (`calibration.message_price`), and calibration (`calibration.calibrate`);
 * `torchrun` — the one runner: a plan's script under ``torchrun``, one process per rank, on
   one machine or several, with per-stage CPU times, memory and an exactness check;
 * `titan` — torchtitan's default split of a decoder LM, and a plan as torchtitan's job config
@@ -39,9 +39,9 @@ from typing import Any
 _WHERE = {
     "Capture": "capture", "Tracer": "tracer", "capture": "capture", "measure_segments": "capture",
     "segment_graph": "capture", "Split": "split", "split_module": "split",
-    "PipelinePlan": "planner", "plan": "planner", "plan_graph": "planner", "calibrate": "calibrate",
+    "PipelinePlan": "planner", "plan": "planner", "plan_graph": "planner", "calibrate": "calibration",
     "with_method": "planner", "with_stages": "planner", "even_split": "planner", "segment_profile": "planner",
-    "launch": "torchrun", "ActivationMeter": "torchrun", "message_price": "calibrate",
+    "launch": "torchrun", "ActivationMeter": "torchrun", "message_price": "calibration",
     "torchtitan_split": "titan", "job_config": "titan",
     "TensorParallelPlan": "tensor_parallel", "degree_costs": "tp_cost",
     "available_devices": "resources", "check_resources": "resources", "device_name": "resources",

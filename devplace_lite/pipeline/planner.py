@@ -647,7 +647,7 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     action_ms : float
         What a pass pays on the wall clock beyond its own CPU time per message it exchanges
         with another rank (torch's schedule runtime, a late receive's wait, the ranks'
-        interference), priced on every forward and backward: `calibrate.message_price` measures it on
+        interference), priced on every forward and backward: `calibration.message_price` measures it on
         this machine for the backend that will run the plan (0: not priced).
     least_ranks : int
         The fewest ranks a one-stage-per-rank schedule may use (default 1; 2 keeps the model
@@ -984,8 +984,3 @@ def stage_assignment(plan_: PipelinePlan, stage_of: Sequence[int]) -> np.ndarray
         base = v.id[:-5] if v.backward else v.id
         out[j] = stage.get(base, 0)
     return out
-
-
-# -- calibration -------------------------------------------------------------------------------
-
-

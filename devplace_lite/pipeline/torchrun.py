@@ -25,7 +25,7 @@ ranks wrote:
   run, the wall-clock price per message a pass exchanges at which the replay of its CPU times
   takes its measured step (``action_wall_ms``, `wall_price`: the runtime's CPU time, its
   messages' waits, the ranks' interference), which
-  `devplace_lite.pipeline.calibrate.message_price` measures on a small zoo model for a plan to
+  `devplace_lite.pipeline.calibration.message_price` measures on a small zoo model for a plan to
   price before its run;
 * per rank, the peak memory: parameters, their gradients when training, and the high-water
   mark of the activations autograd saves, counted in the first step (the counting hooks cost

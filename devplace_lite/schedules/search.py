@@ -89,7 +89,7 @@ class SegmentCosts:
     either, I and W are half of B each); ``action_ms``: what a forward or backward (or
     input-gradient) pass pays on the wall clock beyond its own time per message it exchanges
     with another rank (torch's schedule runtime, its messages' waits, the ranks' interference:
-    `devplace_lite.pipeline.calibrate.message_price` measures it), the replay's ``message_ms``;
+    `devplace_lite.pipeline.calibration.message_price` measures it), the replay's ``message_ms``;
     ``shared_saves``: ``(bytes, segments)`` of each value that several segments save for their
     backward (one tensor inside a stage: counted once per stage, `stage_bytes`)."""
 
