@@ -194,11 +194,11 @@ def _validate(args: argparse.Namespace) -> None:
     """What the option types cannot see alone: combinations."""
     from ..schedules.simulate import SCHEDULES, stages_per_rank
 
+    if args.devices is None and any(getattr(args, d) is not None for d in ("dp", "pp", "tp")):
+        raise UsageError("--dp, --pp and --tp fix degrees of a mesh: give --devices N too")
     if (args.accelerators is None) == (args.devices is None):
         raise UsageError("give -k K (pipeline ranks) or --devices N (data, tensor and pipeline parallelism planned "
                          "together), one of them")
-    if args.devices is None and any(getattr(args, d) is not None for d in ("dp", "pp", "tp")):
-        raise UsageError("--dp, --pp and --tp fix degrees of a mesh: give --devices N too")
     if args.devices is not None:
         mesh_only = [f for f, on in (("--stages-per-rank", args.stages_per_rank is not None),
                                      ("--all-ranks", args.all_ranks), ("--calibrate", args.calibrate),
