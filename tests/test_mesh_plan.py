@@ -209,3 +209,21 @@ def test_no_mesh_of_too_few_microbatches():
         plan_mesh(graph, _shares(rng, graph), devices=4, degrees=[1], microbatches=1, batch=1, fixed={"dp": 4})
     assert math.isfinite(plan_mesh(graph, _shares(rng, graph), devices=1, degrees=[1], microbatches=1,
                                    batch=1).mesh["step_ms"])
+
+
+def test_an_untuned_family_runs_its_mesh_plan_with_tensor_parallelism_equal_to_the_model(tmp_path, capsys):
+    """Mistral (never used to tune the tensor-parallel search or the runner), as a user types it:
+    `devplace plan MODEL --devices 8 --tp 2 --pp 2 --run --check` on 8 processes (gloo)."""
+    from devplace_lite.cli import main
+
+    code = main(["plan", "devplace_lite.zoo.external:mistral", "--devices", "8", "--tp", "2", "--pp", "2", "--run",
+                 "--check", "--steps", "1", "--out", str(tmp_path), "--json"])
+    a = json.loads(capsys.readouterr().out)
+    assert code == 0 and a["success"]
+    assert (a["dp"], a["ranks"], a["tp"]) == (2, 2, 2) and len(a["split_points"]) == 1
+    c = a["run"]["check"]
+    assert c["passed"] and c["sharded_checked"] > 0
+    assert sorted(tuple(r["coords"]) for r in a["run"]["ranks"]) == sorted(itertools.product(range(2), repeat=3))
+    # each stage splits its own groups: the two stages' tensor-parallel modules are disjoint, none empty
+    mods = [{m for r in a["run"]["ranks"] if r["coords"][1] == p for m in r["tp_modules"]} for p in (0, 1)]
+    assert all(mods) and not mods[0] & mods[1]
