@@ -273,7 +273,7 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     from ..pipeline.calibration import calibrate, message_price
-    from ..pipeline.planner import plan
+    from ..pipeline.mesh_plan import plan
     from ..pipeline.torchrun import launch
     from ..zoo import load
 

@@ -397,3 +397,53 @@ def plan_devices(model: Any, example_inputs: Sequence[Any], *, devices: int, mic
                    f"{tpp.degrees()} split them all" + (f"; refused: {tpp.refused[0][1]}" if tpp.refused else ""))
     p.seconds = {**seconds, **p.seconds, "total": time.monotonic() - started}
     return p
+
+
+def plan(model: Any, example_inputs: Sequence[Any], *, k: int | None = None, devices: int | None = None,
+         degrees: dict[str, int] | None = None, **options: Any) -> PipelinePlan:
+    """Plan ``model`` on ``k`` pipeline ranks (`planner.plan`) or on ``devices`` devices with
+    data, tensor and pipeline degrees chosen together (`plan_devices`): the one planner of a
+    model, behind ``devplace_lite.plan`` and ``devplace plan``.
+
+    Parameters
+    ----------
+    model, example_inputs : nn.Module and one step's whole batch.
+    k : int, optional
+        Pipeline ranks (one stage each, or the schedule's stages per rank).
+    devices : int, optional
+        Devices of a ``dp x pp x tp`` mesh; give ``k`` or ``devices``.
+    degrees : dict, optional
+        With ``devices``: degrees fixed by the user, e.g. ``{"tp": 2}`` (keys ``dp``, ``pp``, ``tp``).
+    **options
+        The planner's options (`planner.plan`; with ``devices``, those `plan_devices` takes).
+
+    Returns
+    -------
+    PipelinePlan
+
+    Raises
+    ------
+    UsageError
+        Neither or both of ``k`` and ``devices``, a degree that is not a positive integer, or
+        an option of a ``k``-rank pipeline given with ``devices``.
+    """
+    from .planner import plan as plan_pipeline
+
+    if degrees and devices is None:
+        raise UsageError("degrees fix a mesh's dp, pp or tp: give devices too")
+    if (k is None) == (devices is None):
+        raise UsageError("give k (pipeline ranks) or devices (data, tensor and pipeline degrees planned together), "
+                         "one of them")
+    if devices is None:
+        return plan_pipeline(model, example_inputs, k=k, **options)
+    fixed = dict(degrees or {})
+    for key, v in fixed.items():
+        if key not in ("dp", "pp", "tp"):
+            raise UsageError(f"unknown degree {key!r}; known: dp, pp, tp")
+        if v is not None and (int(v) != v or v < 1):
+            raise UsageError(f"{key} must be a positive integer, got {v!r}")
+    pipeline_only = sorted(set(options) & {"per_rank", "method", "least_ranks"})
+    if pipeline_only or options.get("microbatches") == "auto":
+        raise UsageError(f"{(pipeline_only or ['microbatches=auto'])[0]} shapes a pipeline of k ranks; with devices "
+                         "leave it out")
+    return plan_devices(model, example_inputs, devices=devices, **fixed, **options)

@@ -605,14 +605,13 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     return plan
 
 
-def plan(model: Any, example_inputs: Sequence[Any], *, k: int | None = None, microbatches: int | str | None = None,
+def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int | str | None = None,
          schedule: str = "1f1b",
          training: bool = True, memory: float | None = None, optimizer: str = "none", method: str = "auto",
          granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
          warmup: int = 1, model_spec: str | None = None, device: str = "cpu", per_rank: int | None = None,
          spec: str | None = None, recompute: str = "auto", started: float | None = None,
-         action_ms: float = 0.0, least_ranks: int = 1, devices: int | None = None,
-         degrees: dict[str, int] | None = None) -> PipelinePlan:
+         action_ms: float = 0.0, least_ranks: int = 1) -> PipelinePlan:
     """Profile ``model`` on one micro-batch of ``example_inputs`` (the whole batch, cut into
     ``microbatches`` along dim 0) and plan its pipeline over at most ``k`` stages.
 
@@ -624,13 +623,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int | None = None, mic
     example_inputs : sequence of tensors
         One step's batch; its leading size must divide by ``microbatches``.
     k : int
-        Ranks, one pipeline stage (or ``per_rank``) each; or give ``devices``.
-    devices : int
-        Devices to plan data, tensor and pipeline parallelism over together instead of ``k``
-        pipeline ranks (`devplace_lite.pipeline.mesh_plan.plan_devices`: the plan's ``dp``, ``tp``
-        and ``mesh``; ``microbatches`` then counts the whole step's, shared by the replicas).
-    degrees : dict, optional
-        With ``devices``: degrees fixed by the user, e.g. ``{"tp": 2}`` (keys ``dp``, ``pp``, ``tp``).
+        Ranks, one pipeline stage (or ``per_rank``) each (data and tensor degrees with them:
+        `devplace_lite.pipeline.mesh_plan.plan`).
     microbatches : int, ``"auto"`` or None
         Micro-batches per step; None: `default_microbatches` of the batch (the notes say so when
         that is not `MICROBATCHES`); ``"auto"`` with ``schedule="auto"``: every count that
@@ -685,22 +679,6 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int | None = None, mic
     """
     import torch
 
-    if degrees and devices is None:
-        raise UsageError("degrees fix a mesh's dp, pp or tp: give devices too")
-    if (k is None) == (devices is None):
-        raise UsageError("give k (pipeline ranks) or devices (data, tensor and pipeline degrees planned together), "
-                         "one of them")
-    if devices is not None:
-        from .mesh_plan import plan_devices
-
-        if microbatches == "auto" or per_rank is not None or method != "auto" or least_ranks != 1:
-            raise UsageError("devices plans the mesh's degrees: leave out microbatches='auto', per_rank, method "
-                             "and least_ranks (they shape a pipeline of k ranks)")
-        return plan_devices(model, example_inputs, devices=devices, microbatches=microbatches, schedule=schedule,
-                            training=training, memory=memory, optimizer=optimizer, granularity=granularity,
-                            time_limit=time_limit, seed=seed, repeats=repeats, warmup=warmup, model_spec=model_spec,
-                            device=device, spec=spec, recompute=recompute, started=started, action_ms=action_ms,
-                            **_degrees(degrees))
     inputs = tuple(example_inputs)
     if not inputs or not all(isinstance(t, torch.Tensor) and t.dim() for t in inputs):
         raise UsageError("example inputs must be tensors with a batch dimension")
@@ -741,17 +719,6 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int | None = None, mic
     p.model_spec, p.capture = model_spec, cap
     p.seconds = {**seconds, **p.seconds, "total": time.monotonic() - started}
     return _noted_default(p, default)
-
-
-def _degrees(degrees: dict[str, int] | None) -> dict[str, int]:
-    """Fixed mesh degrees, checked: keys among ``dp``, ``pp``, ``tp``, positive integers."""
-    out = dict(degrees or {})
-    for key, v in out.items():
-        if key not in ("dp", "pp", "tp"):
-            raise UsageError(f"unknown degree {key!r}; known: dp, pp, tp")
-        if v is not None and (int(v) != v or v < 1):
-            raise UsageError(f"{key} must be a positive integer, got {v!r}")
-    return out
 
 
 def _noted_default(p: PipelinePlan, default: bool) -> PipelinePlan:
