@@ -147,7 +147,8 @@ def test_the_package_root_holds_the_core_and_the_rooms_only():
 @pytest.mark.parametrize("mod,forbidden", [("sim", "plot"), ("single_sample.model", "plot"), ("throughput.brkga", "throughput.bounds"),
                                            ("cost", "throughput"), ("graph", "cost"), ("throughput", "single_sample"),
                                            ("throughput", "pipeline"),
-                                           ("pipeline.planner", "pipeline.torchrun"), ("pipeline.planner", "pipeline.calibration")])
+                                           ("pipeline.planner", "pipeline.torchrun"), ("pipeline.planner", "pipeline.calibration"),
+                                           ("pipeline.mesh_plan", "pipeline.mesh_run"), ("pipeline.mesh_plan", "pipeline.torchrun")])
 def test_named_rules(mod, forbidden):
     """The rules the issues name, spelled out (most also follow from the layers; planning never
     imports running, issue 41)."""

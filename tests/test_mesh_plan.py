@@ -14,7 +14,7 @@ import pytest
 from devplace_lite.errors import GraphError, UsageError
 from devplace_lite.graph import Graph, Node
 from devplace_lite.pipeline.mesh_plan import at_degree, dp_allreduce_ms, plan_mesh, shapes
-from devplace_lite.pipeline.planner import segment_costs
+from devplace_lite.pipeline.costs import segment_costs
 from devplace_lite.schedules.search import evaluate
 from devplace_lite.schedules.simulate import stage_to_rank, stages_per_rank
 

@@ -242,7 +242,7 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--out {args.folder}: exists and is not a folder; name a folder for the plan's files")
     if os.path.isdir(args.folder):  # its files, before the model is profiled (a FIFO there, a folder)
         from ..files import check_output
-        from ..pipeline.planner import PLAN_FILES
+        from ..pipeline.pipeline_plan import PLAN_FILES
 
         for name in PLAN_FILES.values():
             check_output(os.path.join(args.folder, name))

@@ -54,7 +54,9 @@ from ..devices import SPECS
 from ..errors import GraphError, UsageError
 from ..graph import Graph
 from ..schedules.simulate import SCHEDULES, stage_to_rank, stages_per_rank
-from .planner import OPTIMIZERS, PipelinePlan, STEP_SECONDS, plan_graph, segment_costs
+from .costs import OPTIMIZERS, segment_costs
+from .pipeline_plan import PipelinePlan
+from .planner import plan_graph, STEP_SECONDS
 from .tp_cost import allreduce_ms, link_for
 
 
