@@ -370,7 +370,7 @@ def _answer_mesh(p: Any, args: argparse.Namespace) -> int:
 
 def _print_mesh(a: dict[str, Any]) -> None:
     m, fc = a["mesh"], a["forecast"]
-    gap = "unknown" if m["gap"] is None else f"{100 * m['gap']:.1f} %"
+    gap = "unknown" if m["gap"] is None else f"{100 * m['gap']:.2g} %"
     bound = "none" if m["bound_ms"] is None else f"{m['bound_ms']:.3f} ms"
     print(f"{a['model']}: {a['devices']} device(s) as dp {a['dp']} x pp {a['ranks']} x tp {a['tp']}, {a['schedule']} "
           f"with {a['microbatches']} micro-batch(es) of {a['microbatch']} per replica ({a['segments']} segments, "
@@ -388,7 +388,8 @@ def _print_mesh(a: dict[str, Any]) -> None:
     if "run" in a:
         r = a["run"]
         cpu = [min(x["step_cpu_ms"]) for x in r["ranks"]]
-        print(f"torchrun ({len(r['ranks'])} processes): step CPU ms per rank {min(cpu):.1f}-{max(cpu):.1f}")
+        print(f"torchrun ({len(r['ranks'])} processes): step {r['step_wall_ms']:.1f} ms wall (forecast "
+              f"{a['mesh']['step_ms']:.1f}), CPU ms per rank {min(cpu):.1f}-{max(cpu):.1f}")
         if "check" in r:
             c = r["check"]
             print(f"check {'passed' if c['passed'] else 'FAILED'}: outputs within {c['max_output_diff']:.3g}, "
