@@ -192,6 +192,7 @@ def test_library_and_command_line_give_the_same_plan(tmp_path, capsys):
     (["--devices", "8", "--stages-per-rank", "2", "--schedule", "interleaved-1f1b"], "--stages-per-rank"),
     (["--devices", "8", "--schedule", "zbv", "--run"], "gpipe or 1f1b"),
     (["--devices", "8", "--tp", "3"], "degree 3"),
+    (["--devices", "8", "--inference", "--run"], "--inference without --run"),
 ])
 def test_command_line_refusals(argv, words, tmp_path, capsys):
     from devplace_lite.cli import main

@@ -207,6 +207,9 @@ def _validate(args: argparse.Namespace) -> None:
                                                                             args.microbatches == "auto")) if on]
         if mesh_only:
             raise UsageError(f"{mesh_only[0]} shapes a pipeline of -k ranks; with --devices leave it out")
+        if args.run and args.inference:
+            raise UsageError("--run with --devices trains the mesh (the runner's check compares gradients); plan "
+                             "--inference without --run")
         if args.run and args.schedule not in ("gpipe", "1f1b"):
             raise UsageError(f"--run with --devices runs gpipe or 1f1b (one stage a rank) on the mesh; --schedule "
                              f"{args.schedule} plans without --run")
