@@ -23,7 +23,7 @@ from devplace_lite.graph import GraphError  # noqa: E402
 from devplace_lite.pipeline.capture import _whole, capture, measure_segments, segment_graph, to_device  # noqa: E402
 from devplace_lite.pipeline.tracer import Tracer  # noqa: E402
 from devplace_lite.pipeline.baseline_splits import even_split, method_split, with_method  # noqa: E402
-from devplace_lite.pipeline.planner import plan, plan_graph
+from devplace_lite.pipeline.planner import plan, plan_graph  # noqa: E402
 from devplace_lite.pipeline.resources import check_resources  # noqa: E402
 from devplace_lite.pipeline.split import split_module  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch  # noqa: E402

@@ -23,9 +23,10 @@ from devplace_lite.errors import GraphError, UsageError  # noqa: E402
 from devplace_lite.pipeline.capture import (_run_in_order, _whole, capture, measure_segments,  # noqa: E402
                                             segment_graph)
 from devplace_lite.pipeline.calibration import _fit, scaled_graph  # noqa: E402
-from devplace_lite.pipeline.baseline_splits import even_split
-from devplace_lite.pipeline.costs import in_flight
-from devplace_lite.pipeline.planner import # noqa: E402                                             stage_assignment, plan, plan_graph
+from devplace_lite.pipeline.baseline_splits import even_split  # noqa: E402
+from devplace_lite.pipeline.costs import in_flight  # noqa: E402
+from devplace_lite.pipeline.pipeline_plan import stage_assignment  # noqa: E402
+from devplace_lite.pipeline.planner import plan, plan_graph  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch, torchrun_commands  # noqa: E402
 
 HERE = Path(__file__).parent

@@ -21,7 +21,7 @@ from devplace_lite.errors import UsageError  # noqa: E402
 from devplace_lite.io import load_graph  # noqa: E402
 from devplace_lite.pipeline.capture import capture, measure_segments  # noqa: E402
 from devplace_lite.pipeline.costs import segment_costs  # noqa: E402
-from devplace_lite.pipeline.planner import plan, plan_auto, plan_graph, SCHEDULES
+from devplace_lite.pipeline.planner import SCHEDULES, plan, plan_auto, plan_graph  # noqa: E402
 from devplace_lite.schedules.search import evaluate  # noqa: E402
 
 HERE = Path(__file__).parent
