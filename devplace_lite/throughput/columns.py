@@ -347,13 +347,13 @@ class _Pricing:
         s = self.s
         col = -np.ones(d.graph.n, dtype=np.int64)
         col[parts.fwd] = np.arange(len(parts.fwd))
-        z = m.add_vars(len(parts.fwd), ub=1.0)
+        top = m.add_vars(len(parts.fwd), ub=1.0)
+        low = m.add_vars(len(parts.fwd), ub=1.0)
         for i, v in enumerate(parts.fwd.tolist()):
-            m.add_row([(z[i], 1.0), (s[unit[v]], -1.0)], lo=0.0)
+            m.add_row([(top[i], 1.0), (low[i], -1.0), (s[unit[v]], -1.0)], lo=0.0, hi=0.0)
         for a, b in parts.order_pairs:
-            m.add_row([(z[col[b]], 1.0), (z[col[a]], -1.0)], hi=0.0)
-            if unit[a] != unit[b]:
-                m.add_row([(z[col[b]], 1.0), (s[unit[b]], -1.0), (s[unit[a]], 1.0)], hi=1.0)
+            m.add_row([(top[col[b]], 1.0), (top[col[a]], -1.0)], hi=0.0)
+            m.add_row([(low[col[b]], 1.0), (low[col[a]], -1.0)], hi=0.0)
         if cpu:
             m.add_row([(s[u], d.pc[u]) for u in range(U)], hi=T)
         else:
