@@ -585,14 +585,16 @@ def _root_only(parts: _Parts, T: float, deadline: float, k: int, l: int) -> tupl
         if found:
             continue
         a, S, done = acc_price.price(pi, share * (deadline - time.perf_counter()))
-        r, C, cpu_done = cpu_price.price(pi, share * (deadline - time.perf_counter())) if l else (0.0, None, True)
-        if a > 0:
+        added = parts.keep(master, S, False) if S is not None and pi[S].sum() > 1.0 + EPS else 0
+        # r >= rho (a core column in the basis prices at rho), so (sum pi - l rho) / a bounds
+        # Farley's bound from above: a new column and no chance to refute, the core waits
+        priced = not l or not added or (pi.sum() - l * rho) / max(a, EPS) > k * (1 + EPS) + EPS
+        r, C, cpu_done = (0.0, None, not l) if not (l and priced) else \
+            cpu_price.price(pi, share * (deadline - time.perf_counter()))
+        if a > 0 and priced:  # r bounds every core set's dual weight only when priced
             best = max(best, (pi.sum() - l * max(r, 0.0)) / a)
         if best > k * (1 + EPS) + EPS:
             return True, best, None
-        added = 0
-        if S is not None and pi[S].sum() > 1.0 + EPS:
-            added += parts.keep(master, S, False)
         if C is not None and l and pi[C].sum() > rho + EPS:
             added += parts.keep(master, C, True)
         if not added and done and cpu_done:  # the LP is optimal over all columns
