@@ -103,8 +103,9 @@ PRICE_SHARE = 0.25
 PRICE_GAP = 1e-3
 #: With ``gap=0``, the relative gap of the first guess: refuted, it certifies the incumbent
 #: within 1 % (with room for rounding) before the guess just below it, whose branching can take
-#: the whole time limit.
-PROBE = 0.009
+#: the whole time limit. As close to 1 % as rounding allows: a lower guess is refuted sooner (on
+#: ResNet-50 training at k = 8, 0.991 x the DP's split took about 13 CPU s, 0.9901 x about 8).
+PROBE = 0.0099
 
 
 class _Parts:
