@@ -38,11 +38,17 @@ Pricing, two ways:
   ``<= T`` (a better incumbent when ``T`` is below the caller's).
 * **MIP** (elsewhere): columns from intervals of topological orders of the unit graph (convex;
   their loads follow from prefix sums), then a pricing MIP (HiGHS) over one part: binaries
-  ``s_u``, the convexity rows of the device IP for one device, comm ``y_p >= |s_a - s_b|`` per
+  ``s_u``; convexity as ``s = top - low`` on every forward vertex, with ``top`` and ``low``
+  continuous and down-closed (``top_b <= top_a`` for an arc ``a -> b``, the same for ``low``),
+  exact once ``s`` is binary (on a path out of the part and back, the middle has ``top = 1``
+  and ``low = 0``), and its closure rows have an integral LP (the device IP's exit indicator,
+  used before, took about four times the CPU); comm ``y_p >= |s_a - s_b|`` per
   producer-consumer pair, ``load <= T``. Its *dual bound* is ``a``, so a pricing stopped by its
   time limit still gives a valid (weaker) bound; each pricing MIP gets `PRICE_SHARE` of the
   time left (all of it after a slice that found no column), so that one hard pricing problem
-  does not take the caller's whole deadline. The root LP only: no branching.
+  does not take the caller's whole deadline. The cores' pricing MIP runs only when the
+  accelerators' finds no column or Farley's bound could pass ``k`` (``r >= rho``, the core
+  row's price, so ``(sum pi - l rho) / a`` bounds it from above). The root LP only: no branching.
 
 The bound on ``T*`` is the largest refuted ``T``: first ``(1 - gap) UB`` (enough to certify the
 incumbent ``UB`` within ``gap``; `PROBE` when no gap is asked), then ``UB`` less `NEAR` (which
