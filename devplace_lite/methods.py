@@ -229,13 +229,17 @@ class Family:
 
     method: Method
     kwargs: Callable[[dict[str, Any]], dict[str, Any]]  # from the answer's ``extra``
+    #: Whether the bound is closed-form (milliseconds whatever its time limit): the caller need
+    #: not keep the seconds of a search for it (`devplace_lite.solve`).
+    closed_form: bool = False
 
 
 #: The certificates of `Method.certificate`: a throughput answer is certified by the best bound on
 #: the optimum of its split kind, a latency answer by the latency bounds for its ``q`` calls.
 BOUND_FAMILIES: dict[str, Family] = {
     "chain": Family(BOUND["best"], lambda extra: {"kind": "chain"}),
-    "any": Family(BOUND["best"], lambda extra: {"kind": "any"}),
+    # ``best`` with kind "any" is its first step only, the combinatorial bound
+    "any": Family(BOUND["best"], lambda extra: {"kind": "any"}, closed_form=True),
     # the calls the answer runs per accelerator: its ``q``, or more if its pieces say so (the
     # one-call bound holds only for splits with one call per accelerator)
     "latency": Family(LATENCY_BOUND["best"], lambda extra: {

@@ -65,6 +65,9 @@ BOUND_SHARE = 0.2
 #: wall time on a busy machine, and the latency searches gain little in their last seconds.
 LATENCY_BOUND_TIME = 15.0
 LATENCY_BOUND_SHARE = 0.25
+#: Seconds kept for a closed-form certificate (`methods.Family.closed_form`): it takes milliseconds,
+#: and the method gets the rest of what `BOUND_TIME` would have kept.
+CLOSED_FORM_TIME = 0.5
 #: The share of the time limit (at most `EXIT_MAX` seconds) kept for the answer and the caller's exit.
 EXIT_SHARE = 0.1
 #: Seconds at most of that share: a command's interpreter takes about a second to shut down after
@@ -173,6 +176,9 @@ def _run(registry: dict[str, methods.Method], what: str, graph: Graph, cluster: 
     bound_time = bound_time if certify else 0.0
     left = budget.left()
     reserve = min(bound_time, share * left) if left is not None else 0.0
+    family = entry.certificate
+    if family is not None and methods.BOUND_FAMILIES[family].closed_form:
+        reserve = min(reserve, CLOSED_FORM_TIME)
     res = entry.load()(graph, cluster, time_limit=None if left is None else max(left - reserve, MIN_SLICE), seed=seed)
     left = budget.left()
     seconds = bound_time if left is None else min(bound_time, left - MIN_SLICE)

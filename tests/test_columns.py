@@ -162,3 +162,85 @@ def test_contiguous_ip_out_of_time_keeps_the_combinatorial_bound(seed):
     comb = combinatorial_bound(g, c).bound
     assert r.bound >= comb * (1 - 1e-9) - 1e-12, (r.bound, comb, r.extra)
     assert r.bound <= truth.objective * (1 + 1e-9) + 1e-12
+
+
+def _convex_sets(parts: _Parts):
+    """Every non-empty unit set whose forward (order) vertices are convex, by brute force: no
+    order path leaves the set and comes back."""
+    from itertools import combinations
+
+    d = parts.data
+    fwd = set(parts.fwd.tolist())
+    succ: dict[int, list[int]] = {v: [] for v in fwd}
+    for a, b in parts.order_pairs:
+        succ[a].append(b)
+    reach = {}
+    for v in fwd:  # everything an order path from v reaches
+        seen, todo = set(), list(succ[v])
+        while todo:
+            w = todo.pop()
+            if w not in seen:
+                seen.add(w)
+                todo.extend(succ[w])
+        reach[v] = seen
+    for size in range(1, d.U + 1):
+        for units in combinations(range(d.U), size):
+            inside = {v for v in fwd if d.unit[v] in units}
+            if all(not (reach[w] & inside) for v in inside for w in reach[v] - inside):
+                yield np.array(units, dtype=np.int64)
+
+
+@settings(max_examples=60, **SLOW)
+@given(SEEDS)
+def test_pricing_mip_is_the_best_convex_set(seed):
+    """The pricing MIP (convexity as the difference of two nested ideals) answers the largest dual
+    weight of a convex set that fits, on inference and training graphs (colocation classes),
+    against every unit subset: its value never below the best (a bound), and its set that best."""
+    from devplace_lite.throughput.columns import PRICE_GAP, _Pricing
+    from devplace_lite.units import memory_share
+
+    g, c = instance(seed, training=seed % 2 == 0)
+    data = unit_graph(g, chain=False).on(c)
+    if c.k == 0 or data.U > 10:
+        return
+    rng = np.random.default_rng(seed)
+    parts = _Parts(data, float(data.pa.sum()))
+    T = float(rng.uniform(0.3, 1.0)) * float(data.pa.sum())
+    pi = rng.normal(0.3, 1.0, data.U)
+    share = memory_share(data)
+    best = 0.0
+    for S in _convex_sets(parts):
+        mask = np.zeros(data.U, dtype=bool)
+        mask[S] = True
+        if data.acc_ok[S].all() and parts.load(mask) <= T and (not data.memory_binds or share[S].sum() <= 1.0):
+            best = max(best, float(pi[S].sum()))
+    a, found, done = _Pricing(parts, T, cpu=False).price(pi, 60.0)
+    assert done
+    assert a >= best - 1e-6 * max(1.0, best), (a, best)
+    got = 0.0 if found is None else float(pi[found].sum())
+    assert got >= best - PRICE_GAP * max(1.0, best) - 1e-6, (got, best)
+    assert got <= best + 1e-6 * max(1.0, best), (got, best)  # the set it names is convex and fits
+
+
+def test_the_ip_waits_for_no_deadline_after_the_column_stage(monkeypatch):
+    """When the column stage leaves less than `IP_FLOOR` of the limit, the answer is the
+    incumbent with the column stage's bound and status ``time_limit``: no device-indexed IP is
+    built (its model alone overran the deadline under load)."""
+    import time
+
+    from devplace_lite.throughput import columns, ip
+
+    g, c = generate("layered", 12, seed=4), Cluster(accelerators=3, cpus=1)
+    real = columns.column_bound
+
+    def slow(graph, cluster, **kw):  # a weaker bound than the real one, then the rest of the limit gone
+        out = real(graph, cluster, **{**kw, "time_limit": None, "gap": 0.5})
+        time.sleep(kw["time_limit"])
+        return columns.ColumnBound(min(out.bound, 0.9 * out.upper), out.upper, out.split, out.seconds, out.exact,
+                                   out.guesses)
+
+    monkeypatch.setattr(columns, "column_bound", slow)
+    r = ip.throughput_ip(g, c, "contiguous", time_limit=1.0, solver="highs")
+    assert r.status == "time_limit" and "variables" not in r.extra and "nodes" not in r.extra, r.extra
+    assert r.bound == pytest.approx(max(r.extra["columns_bound"], r.extra.get("combinatorial_bound", 0.0)))
+    assert r.bound <= r.objective and r.objective == pytest.approx(evaluate(g, c, r.assignment).max_load)

@@ -137,6 +137,33 @@ def test_certify_false_is_the_raw_method():
     assert dl.partition(g, c, "greedy", bound_time=0).bound is None
 
 
+def test_a_closed_form_certificate_keeps_no_search_seconds(monkeypatch):
+    """A method certified by a closed-form bound (family ``any``: the combinatorial bound, in
+    milliseconds) gets the whole budget but `CLOSED_FORM_TIME`; one certified by a search
+    (family ``chain``) still leaves that search its share."""
+    from devplace_lite import solve
+    from devplace_lite.generators import layered
+    from devplace_lite.throughput import baselines, ip
+
+    g, c = layered(10, seed=4), dl.Cluster(accelerators=2)
+    given: dict[str, float] = {}
+
+    def recorder(name):
+        def run(graph, cluster, *, time_limit=None, seed=0):
+            given[name] = time_limit
+            return baselines.balance_by_time(graph, cluster)
+        return run
+
+    monkeypatch.setattr(ip, "ip_contiguous", recorder("any"))
+    monkeypatch.setattr(ip, "ip_chain", recorder("chain"))
+    assert methods.PARTITION["ip-contig"].certificate == "any" and methods.PARTITION["ip"].certificate == "chain"
+    for name in ("ip-contig", "ip"):
+        solve.partition(g, c, name, time_limit=20.0)
+    left = 20.0 - min(solve.EXIT_SHARE * 20.0, solve.EXIT_MAX)
+    assert given["any"] >= left - solve.CLOSED_FORM_TIME - 1.0  # 1 s: what the call itself took
+    assert given["chain"] <= left - min(solve.BOUND_TIME, solve.BOUND_SHARE * given["any"])
+
+
 TOY = '''
 """A toy method for the two-places test: everything on the first accelerator."""
 import time

@@ -99,6 +99,12 @@ from ..mip.solve import LinearModel, Solution, check_solver, solve
 #: split left 1-3 % more of the gap open. At 0.6 it missed as often as at 0.4 under load 16 on two
 #: cores (4-5 CPU s per command), so the column stage keeps the larger rest.
 WARM_SHARE = 0.4
+#: Share of the time limit that must be left after the column bound for the device-indexed IP to
+#: start. The column stage takes all the time it needs: on the authors' layer graphs the IP after
+#: it never moved its root bound or the incumbent within a minute (`benchmarks/mip`), and building
+#: its model (thousands of rows) started with seconds left overran the deadline under load. With
+#: less left, the answer is the incumbent, the column bound and status ``time_limit``.
+IP_FLOOR = 0.1
 
 KINDS = ("chain", "contiguous", "noncontiguous")
 _ALIASES = {"any": "noncontiguous", "noncontig": "noncontiguous", "contig": "contiguous"}
@@ -461,9 +467,10 @@ def throughput_ip(graph: Graph, cluster: Cluster, kind: str = "contiguous", *, s
         (`devplace_lite.throughput.bounds.combinatorial_bound`: valid for splits of any shape, so for every
         flavour); the reported bound is never below it.
     columns : contiguous flavour only: first bound the optimum by column generation over convex
-        parts (`devplace_lite.throughput.columns`, HiGHS; up to 80 % of the time limit), take
-        any better split it meets as the start, and return at once when its bound meets the
-        start within ``gap``; otherwise its bound becomes the row ``T >=`` bound of the IP.
+        parts (`devplace_lite.throughput.columns`, HiGHS; the time left after the warm start),
+        take any better split it meets as the start, and return at once when its bound meets the
+        start within ``gap``; otherwise its bound becomes the row ``T >=`` bound of the IP, which
+        runs only when at least `IP_FLOOR` of the time limit is left (else status ``time_limit``).
         ``None`` (default): on for the contiguous flavour, whose device-indexed relaxation
         alone stays several percent open at k = 8 (``benchmarks/mip``).
     dp_cut : chain flavour only: when the DP proved its split optimal within its share of the
@@ -564,7 +571,7 @@ def _column_stage(data: UnitCosts, start, symmetry, gap: float, time_limit: floa
     comb = combinatorial_bound(graph, cluster).bound
     if math.isfinite(comb) and comb > lower:
         lower = extra["combinatorial_bound"] = comb
-    share = None if time_limit is None else 0.8 * max(0.0, time_limit - (time.perf_counter() - t0))
+    share = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
     cb = column_bound(graph, cluster, upper=upper, lower=lower, gap=gap, time_limit=share)
     extra.update(columns_bound=cb.bound, columns_seconds=round(cb.seconds, 3), columns_exact=cb.exact,
                  columns_guesses=len(cb.guesses))
@@ -576,6 +583,8 @@ def _column_stage(data: UnitCosts, start, symmetry, gap: float, time_limit: floa
         return start, (upper, "optimal", upper)
     if gap > 0 and upper - cb.bound <= gap * upper * (1 + 1e-9):  # the first guess is (1 - gap) upper
         return start, (upper, "feasible", cb.bound)
+    if time_limit is not None and time_limit - (time.perf_counter() - t0) < IP_FLOOR * time_limit:
+        return start, (upper, "time_limit", max(cb.bound, lower))
     return start, None
 
 
