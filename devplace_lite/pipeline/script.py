@@ -3,7 +3,7 @@
 The script holds the plan's split points (``SplitPoint.BEGINNING``), its schedule class and
 where each stage runs, says in its docstring how a rank builds its stages (torch's pipelining,
 or devplace's splitter over the exported graph or a torch.fx trace) and how to launch it, and
-calls `devplace_lite.pipeline.torchrun.main` on every rank. Writing it is part of planning: it
+calls `devplace_lite.pipeline.rank.main` on every rank. Writing it is part of planning: it
 does not import the runner.
 """
 
@@ -42,7 +42,7 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    from devplace_lite.pipeline.torchrun import main
+    from devplace_lite.pipeline.rank import main
 
     sys.exit(main(Path(__file__).with_name("plan.json"), SPLIT_SPEC))
 '''
