@@ -137,12 +137,13 @@ def parallelize(model: Any, devices: int | None = None, memory: float | None = N
 
 
 def plan(model: Any, example_inputs: Sequence[Any], **options: Any):
-    """Plan ``model``'s pipeline: capture, measure, exact split, proven bound, stage memory.
+    """Plan ``model`` for ``k`` pipeline ranks, or for ``devices`` devices with its data, tensor
+    and pipeline degrees chosen together: capture, measure, exact split, proven bound, stage memory.
 
-    ``example_inputs`` is one step's batch. Options (``k`` is required): see
-    `devplace_lite.pipeline.planner.plan`. Returns a `PipelinePlan`; ``.write(folder)``
+    ``example_inputs`` is one step's batch. Options (``k`` or ``devices`` is required): see
+    `devplace_lite.pipeline.mesh_plan.plan`. Returns a `PipelinePlan`; ``.write(folder)``
     writes ``plan.json`` and a torchrun script.
     """
-    from .pipeline.planner import plan as _plan
+    from .pipeline.mesh_plan import plan as _plan
 
     return _plan(model, example_inputs, **options)

@@ -160,8 +160,8 @@ def test_named_rules(mod, forbidden):
 #: modules (launch, each rank, memory, the check, the figures, calibration by running): planning
 #: never imports running (issue 41), so a plan is made, written and read without the runner.
 PLANNING = ("pipeline.split_points", "pipeline.capture", "pipeline.torch_split", "pipeline.split", "pipeline.measure",
-            "pipeline.segments", "pipeline.planner", "pipeline.script", "pipeline.titan", "pipeline.tensor_parallel",
-            "pipeline.tp_cost", "pipeline.tracer", "pipeline.profile")
+            "pipeline.segments", "pipeline.planner", "pipeline.mesh_plan", "pipeline.script", "pipeline.titan",
+            "pipeline.tensor_parallel", "pipeline.tp_cost", "pipeline.tracer", "pipeline.profile")
 RUNNING = ("pipeline.torchrun", "pipeline.rank", "pipeline.activations", "pipeline.check", "pipeline.run_figures",
            "pipeline.calibration", "pipeline.mesh_run")
 

@@ -125,9 +125,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog, parser.formatter_class = EPILOG + options.NAMES_RULE, argparse.RawDescriptionHelpFormatter
     parser.add_argument("model", help="zoo name or module:function returning (model, example inputs of the batch); "
                                       "the current folder is importable (examples below)")
-    parser.add_argument("-k", "--accelerators", type=options.WORKERS, required=True,
+    parser.add_argument("-k", "--accelerators", type=options.WORKERS,
                         help="accelerators, as everywhere in devplace: one pipeline rank (a torchrun process) each, "
-                             "1..1024; a rank holds --stages-per-rank stages")
+                             "1..1024; a rank holds --stages-per-rank stages (or give --devices)")
+    parser.add_argument("--devices", type=options.WORKERS,
+                        help="devices to plan data, tensor and pipeline parallelism over together instead of -k: the "
+                             "dp x pp x tp mesh, split, schedule and recomputation with the least forecast step "
+                             "(--microbatches then counts the whole step's, shared by the data-parallel replicas; "
+                             "default one sample each)")
+    for degree, what in (("dp", "data-parallel replicas"), ("pp", "pipeline stages"), ("tp", "tensor shards")):
+        parser.add_argument(f"--{degree}", type=options.WORKERS, help=f"with --devices: fix the {what} (default: chosen)")
     parser.add_argument("--schedule", choices=[*SCHEDULE_NAMES, "auto"], default="1f1b",
                         help="torch's pipeline schedule, or auto: the least forecast step (default 1f1b)")
     parser.add_argument("--stages-per-rank", type=_per_rank, default=None,
@@ -187,6 +194,22 @@ def _validate(args: argparse.Namespace) -> None:
     """What the option types cannot see alone: combinations."""
     from ..schedules.simulate import SCHEDULES, stages_per_rank
 
+    if args.devices is None and any(getattr(args, d) is not None for d in ("dp", "pp", "tp")):
+        raise UsageError("--dp, --pp and --tp fix degrees of a mesh: give --devices N too")
+    if (args.accelerators is None) == (args.devices is None):
+        raise UsageError("give -k K (pipeline ranks) or --devices N (data, tensor and pipeline parallelism planned "
+                         "together), one of them")
+    if args.devices is not None:
+        mesh_only = [f for f, on in (("--stages-per-rank", args.stages_per_rank is not None),
+                                     ("--all-ranks", args.all_ranks), ("--calibrate", args.calibrate),
+                                     ("--nodes", args.nodes > 1), ("--emit", args.emit is not None),
+                                     ("--method", args.method != "auto"), ("--microbatches auto",
+                                                                            args.microbatches == "auto")) if on]
+        if mesh_only:
+            raise UsageError(f"{mesh_only[0]} shapes a pipeline of -k ranks; with --devices leave it out")
+        if args.run and args.schedule not in ("gpipe", "1f1b"):
+            raise UsageError(f"--run with --devices runs gpipe or 1f1b (one stage a rank) on the mesh; --schedule "
+                             f"{args.schedule} plans without --run")
     if args.spec is not None and args.device == "cuda":
         raise UsageError("--spec times segments by a roofline, --device cuda measures them on the GPU: give one")
     if args.microbatches == "auto" and args.schedule != "auto":
@@ -226,7 +249,9 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    words = ["devplace", "plan", args.model, "-k", str(args.accelerators), "--schedule", args.schedule,
+    size = ["-k", str(args.accelerators)] if args.devices is None else ["--devices", str(args.devices)] + [
+        w for d in ("dp", "pp", "tp") if getattr(args, d) is not None for w in (f"--{d}", str(getattr(args, d)))]
+    words = ["devplace", "plan", args.model, *size, "--schedule", args.schedule,
              "--microbatches", str(args.microbatches)]
     if args.stages_per_rank is not None:
         words += ["--stages-per-rank", str(args.stages_per_rank)]
@@ -248,31 +273,38 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     from ..pipeline.calibration import calibrate, message_price
-    from ..pipeline.planner import plan
+    from ..pipeline.mesh_plan import plan
     from ..pipeline.torchrun import launch
     from ..zoo import load
 
     # the zoo's models take the batch to build: 2 samples per micro-batch unless --batch says
     batch = args.batch or 2 * (args.microbatches if isinstance(args.microbatches, int) else MICROBATCHES)
     model, inputs = load(args.model, size=args.size, batch=batch, seed=args.seed)
-    common = dict(k=args.accelerators, training=not args.inference, memory=args.memory, optimizer=args.optimizer,
-                  method=args.method, granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
+    mesh = args.devices is not None
+    common = dict(training=not args.inference, memory=args.memory, optimizer=args.optimizer,
+                  granularity=args.granularity, time_limit=args.time_limit, seed=args.seed,
                   repeats=args.repeats, model_spec=args.model, device=args.device, spec=args.spec,
-                  recompute=args.recompute, started=getattr(args, "started", None),
-                  # a checked run checks a split: one stage (a forecast that splitting does not pay) checks nothing
-                  least_ranks=args.accelerators if args.all_ranks else
-                  2 if args.check and args.accelerators > 1 else 1)
-    if (args.run or args.calibrate) and args.device == "cpu" and args.spec is None and args.accelerators > 1:
+                  recompute=args.recompute, started=getattr(args, "started", None))
+    if mesh:
+        common.update(devices=args.devices, degrees={d: getattr(args, d) for d in ("dp", "pp", "tp")})
+    else:
+        # a checked run checks a split: one stage (a forecast that splitting does not pay) checks nothing
+        common.update(k=args.accelerators, method=args.method, per_rank=args.stages_per_rank,
+                      least_ranks=args.accelerators if args.all_ranks else 2 if args.check and args.accelerators > 1
+                      else 1)
+    if (args.run or args.calibrate) and args.device == "cpu" and args.spec is None and (args.devices or
+                                                                                         args.accelerators) > 1:
         # the run's backend on this machine prices the runtime's work around each pass; the probe
         # is a run, outside --time-limit like the runs themselves
         t = time.monotonic()
         common["action_ms"] = message_price(timeout=args.timeout)
         if common["started"] is not None:
             common["started"] += time.monotonic() - t
-    p = plan(model, inputs, microbatches=args.microbatches, schedule=args.schedule, per_rank=args.stages_per_rank,
-             **common)
+    p = plan(model, inputs, microbatches=args.microbatches, schedule=args.schedule, **common)
     if args.microbatches != "auto":
-        args.microbatches = p.microbatches  # the command line as planned
+        args.microbatches = p.microbatches * p.dp  # the command line as planned
+    if mesh:
+        return _answer_mesh(p, args)
     if args.check and p.num_stages < 2:
         raise UsageError(f"--check compares a split run with the unsplit model, and this plan has one stage (-k "
                          f"{args.accelerators}, {args.schedule}): give -k 2 or more")
@@ -307,6 +339,62 @@ def run(args: argparse.Namespace) -> int:
         print(f"devplace: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def _answer_mesh(p: Any, args: argparse.Namespace) -> int:
+    """``--devices``: write the mesh plan, run it (``--run``) on the mesh runner, answer."""
+    paths = p.write(args.folder)
+    world = p.dp * p.ranks * p.tp
+    answer: dict[str, Any] = {"command": command_line(args), **p.to_json(),
+                              "files": {k: str(v) for k, v in paths.items()},
+                              "torchrun": f"torchrun --nproc-per-node {world} {paths['script']}"}
+    if args.run:
+        from ..pipeline.mesh_run import launch
+
+        answer["run"] = launch(args.model, dp=p.dp, pp=p.ranks, tp=p.tp, microbatches=p.microbatches,
+                               batch=p.batch * p.dp, seed=args.seed, points=p.split_points, schedule=p.schedule,
+                               steps=args.steps, check=args.check, timeout=args.timeout, device=args.device)
+    check = answer.get("run", {}).get("check")
+    if check is not None:
+        answer["success"] = bool(check["passed"])
+    if args.json:
+        print_json(answer)
+    else:
+        _print_mesh(answer)
+    if check is not None and not check["passed"]:
+        print(f"devplace: the run differs from the unsplit model: outputs within {check['max_output_diff']}, "
+              f"gradients within {check['max_grad_diff']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_mesh(a: dict[str, Any]) -> None:
+    m, fc = a["mesh"], a["forecast"]
+    gap = "unknown" if m["gap"] is None else f"{100 * m['gap']:.1f} %"
+    bound = "none" if m["bound_ms"] is None else f"{m['bound_ms']:.3f} ms"
+    print(f"{a['model']}: {a['devices']} device(s) as dp {a['dp']} x pp {a['ranks']} x tp {a['tp']}, {a['schedule']} "
+          f"with {a['microbatches']} micro-batch(es) of {a['microbatch']} per replica ({a['segments']} segments, "
+          f"{a['capture']})")
+    for note in a["notes"]:
+        print(f"  note: {note}")
+    print(f"forecast step {m['step_ms']:.3f} ms (pipeline {fc['step_ms']:.3f} + data-parallel all-reduce "
+          f"{m['allreduce_ms']:.3f}), {m['samples_per_s']:.1f} samples/s; {m['status']} over "
+          f"{len(m['tried'])} mesh shape(s) and schedule(s), proven bound {bound}, gap {gap}")
+    for s, (segs, mem) in enumerate(zip(a["stage_segments"], a["stage_memory"])):
+        print(f"  stage {s}: begins at {a['segment_names'][segs[0]]:40s} {len(segs):3d} segment(s)  peak memory "
+              f"{mem['peak'] / 2**20:8.2f} MiB per device{', recomputed' if mem.get('recompute') else ''}")
+    print(f"split points: {a['split_points']}")
+    print(f"wrote {a['files']['plan']} and {a['files']['script']}; run: {a['torchrun']}")
+    if "run" in a:
+        r = a["run"]
+        cpu = [min(x["step_cpu_ms"]) for x in r["ranks"]]
+        print(f"torchrun ({len(r['ranks'])} processes): step CPU ms per rank {min(cpu):.1f}-{max(cpu):.1f}")
+        if "check" in r:
+            c = r["check"]
+            print(f"check {'passed' if c['passed'] else 'FAILED'}: outputs within {c['max_output_diff']:.3g}, "
+                  f"{c['parameters_checked']} parameters' gradients ({c['sharded_checked']} sharded) within "
+                  f"{c['max_grad_diff']:.3g} of the unsplit model's")
+    sys.stdout.flush()
 
 
 def _torchtitan_job(p: Any, model: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -26,9 +26,13 @@
   replayed from them;
 * `titan` — torchtitan's default split of a decoder LM, and a plan as torchtitan's job config
   (``devplace plan --emit torchtitan``);
+* `mesh_plan` — the one planner of a model (`mesh_plan.plan`): ``k`` pipeline ranks (`planner`),
+  or ``N`` devices as a dp x pp x tp mesh whose degrees, split, schedule and recomputation are
+  chosen together (``devplace plan --devices N``), with a bound and a status over the shapes;
 * `tensor_parallel`, `tp_cost`, `mesh_run` — tensor parallelism: Megatron's column-then-row
-  groups found on the exported graph, each degree's cost on a GPU's roofline, and a
-  dp x pp x tp run on torch's DeviceMesh, ``parallelize_module``, DDP and pipelining;
+  groups found on the exported graph, each degree's cost (per segment for the planner, on a
+  GPU's roofline per group), and a dp x pp x tp run on torch's DeviceMesh,
+  ``parallelize_module``, DDP and pipelining;
 * `resources` — how many ranks this machine can host (no torch needed on CPU);
 * `profile` — beside the road: the FLOP/bytes cost model that makes the layer- and
   operator-level graphs the partitioning chapters study (``devplace profile``, ``data/graphs``),
@@ -47,7 +51,7 @@ from typing import Any
 _WHERE = {
     "Capture": "capture", "Tracer": "tracer", "capture": "capture", "measure_segments": "measure",
     "segment_graph": "segments", "Split": "split", "split_module": "split",
-    "PipelinePlan": "planner", "plan": "planner", "plan_graph": "planner", "calibrate": "calibration",
+    "PipelinePlan": "planner", "plan": "mesh_plan", "plan_mesh": "mesh_plan", "plan_graph": "planner", "calibrate": "calibration",
     "with_method": "planner", "with_stages": "planner", "even_split": "planner", "segment_profile": "planner",
     "launch": "torchrun", "ActivationMeter": "activations", "message_price": "calibration",
     "torchtitan_split": "titan", "job_config": "titan",

@@ -101,7 +101,7 @@ class Capture:
     notes: list[str] = field(default_factory=list)
     tied: dict[str, list[int]] = field(default_factory=dict)
     leaf_modules: list[str] = field(default_factory=list)
-    #: The fx route's traced model before it was cut (`_whole` times it).
+    #: The fx route's traced model before it was cut (`measure._whole` times it).
     traced: nn.Module | None = None
     #: Values made contiguous to cross a boundary (the receiving segment's placeholder name) ->
     #: the strides the model gave them, which a stage holding both segments keeps (export route).

@@ -257,6 +257,14 @@ class PipelinePlan:
     auto: dict[str, Any] | None = None
     #: ``--schedule auto``: one record per schedule and micro-batch count (`plan_auto`'s list).
     tried: list[dict[str, Any]] | None = None
+    #: Data-parallel replicas of this pipeline and tensor shards of each stage (`mesh_plan`:
+    #: ``microbatches`` and ``batch`` are then one replica's); a pipeline alone is degree one.
+    dp: int = 1
+    tp: int = 1
+    #: ``devices`` planned for (`mesh_plan.plan_mesh`) and its record: every mesh shape tried, the
+    #: step with the data-parallel all-reduce, the bound and the status over shapes.
+    devices: int | None = None
+    mesh: dict[str, Any] | None = None
 
     # -- structure
     @property
@@ -403,7 +411,10 @@ class PipelinePlan:
     @property
     def status(self) -> str:
         """``time_limit`` when the time limit cut a step short (the plan is the incumbent, not
-        proven), else the partitioning method's status (certified by ``bound``)."""
+        proven), else the partitioning method's status (certified by ``bound``); a mesh plan's
+        is its status over mesh shapes (`mesh_plan.plan_mesh`)."""
+        if self.mesh is not None:
+            return self.mesh["status"]
         return "time_limit" if self.stopped else self.result.status
 
     @property
@@ -447,6 +458,7 @@ class PipelinePlan:
             "tied": self.tied,
             "seed": self.seed, "seconds": self.seconds, "torch": self.graph.meta.get("torch"),
             **({} if self.tried is None else {"schedule_auto": self.tried}),
+            "dp": self.dp, "tp": self.tp, "devices": self.devices or self.ranks, "mesh": self.mesh,
         }
 
     def write(self, folder: str | Path) -> dict[str, Path]:
@@ -611,7 +623,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     example_inputs : sequence of tensors
         One step's batch; its leading size must divide by ``microbatches``.
     k : int
-        Ranks.
+        Ranks, one pipeline stage (or ``per_rank``) each (data and tensor degrees with them:
+        `devplace_lite.pipeline.mesh_plan.plan`).
     microbatches : int, ``"auto"`` or None
         Micro-batches per step; None: `default_microbatches` of the batch (the notes say so when
         that is not `MICROBATCHES`); ``"auto"`` with ``schedule="auto"``: every count that

@@ -196,7 +196,7 @@ def _gather(plan: dict, ranks: list[dict], cmds: list[list[str]], nodes: int) ->
             out["check"].update(grads_allclose=all(c.get("grads_allclose") for c in checks),
                                 max_grad_diff=max(c.get("max_grad_diff", 0.0) for c in checks),
                                 parameters_checked=sum(c.get("parameters_checked", 0) for c in checks))
-        # as built, before rank 0's model was handed to the others (`same_on_every_rank`)
+        # as built, before rank 0's model was handed to the others (`rank.same_on_every_rank`)
         out["check"]["built_alike"] = len({c.get("model_digest") for c in checks}) == 1
         stage_outputs = {int(s): v for c in checks for s, v in c.get("stage_outputs", {}).items()}
         out["check"]["stage_outputs"] = [stage_outputs.get(s) for s in range(n_stages)]

@@ -48,6 +48,45 @@ if __name__ == "__main__":
 '''
 
 
+_MESH_SCRIPT = '''#!/usr/bin/env python3
+"""{model}: {dp} data-parallel replica(s) x {pp} pipeline stage(s) x {tp} tensor shard(s), planned by devplace ({status}).
+
+Run it with torchrun, one process per device ({world} in all; gloo on CPU, NCCL on GPUs):
+
+    torchrun --nproc-per-node {world} run_pipeline.py [--steps 5] [--check] [--device cuda]
+
+Each rank (devplace_lite.pipeline.mesh_run) lays the ranks out with init_device_mesh as (dp, pp, tp),
+cuts the exported model at SPLIT_POINTS, splits its stage's column-then-row groups over its tensor
+group with parallelize_module (ColwiseParallel, RowwiseParallel), wraps the stage in
+DistributedDataParallel over its data group, and runs {schedule_class} with {microbatches}
+micro-batch(es) per replica over its pipeline group. Each rank writes rank<R>.json (CPU time per
+step, and with --check its comparison with the unsplit model) into --out (default: this folder).
+plan.json beside this file holds the forecast and the mesh shapes weighed.
+"""
+import sys
+from pathlib import Path
+
+SPLIT_POINTS = {points!r}
+ARGS = {args!r}
+
+if __name__ == "__main__":
+    from devplace_lite.pipeline.mesh_run import main
+
+    extra = sys.argv[1:]
+    if "--out" not in extra:
+        extra += ["--out", str(Path(__file__).resolve().parent)]
+    sys.exit(main(ARGS + ["--points", ",".join(SPLIT_POINTS)] + extra))
+'''
+
+
+def mesh_args(plan: Any) -> list[str]:
+    """The arguments of `devplace_lite.pipeline.mesh_run.main` that run a mesh plan (its split
+    points apart): the model spec, the degrees, the schedule, the micro-batches and the batch."""
+    return ["--model", str(plan.model_spec), "--dp", str(plan.dp), "--pp", str(plan.ranks), "--tp", str(plan.tp),
+            "--schedule", plan.schedule, "--microbatches", str(plan.microbatches),
+            "--batch", str(plan.batch * plan.dp), "--seed", str(plan.seed)]
+
+
 #: How a rank builds its stages, for the script's docstring: torch's pipelining, or devplace's splitter.
 _PIPE = ("    pipe = pipeline(model, microbatch, split_spec=SPLIT_SPEC)\n"
          "    stages = [pipe.build_stage(s, device) for s in STAGE_TO_RANK if STAGE_TO_RANK[s] == rank]")
@@ -57,12 +96,19 @@ _OWN = ("    split = {cut}(model, microbatch, SPLIT_SPEC)  # {how}, cut by devpl
 
 def write_script(path: str | Path, plan: Any) -> None:
     """Write the torchrun script of ``plan`` (a `PipelinePlan`) to ``path``, as every output is
-    (`devplace_lite.files.write_atomic`)."""
+    (`devplace_lite.files.write_atomic`): a mesh plan's (``plan.devices``) runs
+    `devplace_lite.pipeline.mesh_run` on every rank, a pipeline's `devplace_lite.pipeline.rank`."""
+    from ..schedules.simulate import SCHEDULES
+
+    if plan.devices is not None:
+        write_text_atomic(path, _MESH_SCRIPT.format(
+            model=plan.model_spec or plan.graph.meta.get("model"), dp=plan.dp, pp=plan.ranks, tp=plan.tp,
+            status=plan.status, world=plan.dp * plan.ranks * plan.tp, microbatches=plan.microbatches,
+            schedule_class=SCHEDULES[plan.schedule].torch_class, points=list(plan.split_points), args=mesh_args(plan)))
+        return
     spec = "".join(f"    {fqn!r}: SplitPoint.BEGINNING,\n" for fqn in plan.split_points)
     tied = "; ".join(t["parameter"] for t in plan.tied if len(t["stages"]) > 1) or "none here"
     gap = "unknown" if plan.gap is None else f"{100 * plan.gap:.1f} %"
-    from ..schedules.simulate import SCHEDULES
-
     text = _SCRIPT.format(model=plan.model_spec or plan.graph.meta.get("model"), stages=plan.num_stages,
                           build=_build_text(plan.capture_how),
                           method=plan.method, gap=gap, microbatches=plan.microbatches, spec=spec, tied=tied,

@@ -27,7 +27,7 @@ Example
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
@@ -179,3 +179,66 @@ def degree_costs(gm: fx.GraphModule, plan: TensorParallelPlan, spec: Accelerator
         row["speedup"] = base / row["ms"] if row["ms"] else math.nan
         rows.append(row)
     return rows
+
+
+def _segment_of(model: Any, names: Sequence[str]) -> Callable[[str], int]:
+    """Module FQN -> the segment it runs in: the last segment beginning at or before it in the
+    model's module order (segments are cut at module boundaries, in that order)."""
+    order = {m: i for i, (m, _) in enumerate(model.named_modules())}
+    starts = [order.get(nm, -1) for nm in names]
+
+    def seg(fqn: str) -> int:
+        at = order.get(fqn, -1)
+        return max((i for i, s in enumerate(starts) if s <= at), default=0)
+    return seg
+
+
+def segment_shares(model: Any, gm: fx.GraphModule, plan: TensorParallelPlan, names: Sequence[str],
+                   scale: float = 1.0) -> dict[str, list[float]]:
+    """What tensor parallelism splits in each segment of a capture (``names``: its split points).
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model ``gm`` was exported from (its module order places modules in segments).
+    gm, plan : the exported graph and what `find` recognised on it.
+    names : sequence of str
+        The segments' first modules (`Capture.names`).
+    scale : float
+        Profile micro-batch size over the export's batch (the all-reduced bytes scale with it).
+
+    Returns
+    -------
+    dict of lists, one value per segment
+        ``share``: the FLOPs inside groups over all the segment's FLOPs (weight and attention
+        products; every other operator one per output element); ``param_bytes``: the groups'
+        parameter bytes (split ``t`` ways); ``groups``: groups in the segment (one all-reduce
+        each per pass); ``forward_bytes`` and ``backward_bytes``: what the forward's row outputs
+        and the backward's column-input gradients all-reduce.
+    """
+    seg = _segment_of(model, names)
+    n = len(names)
+    out = {k: [0.0] * n for k in ("share", "param_bytes", "groups", "forward_bytes", "backward_bytes")}
+    prods = products(gm)
+    inside = {name for g in plan.groups for name in g.nodes}
+    total, split = [0.0] * n, [0.0] * n
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if node.op != "call_function" or not stack or not isinstance(node.meta.get("val"), torch.Tensor):
+            continue
+        i = seg(list(stack.values())[-1][0])
+        f = _flops(node, prods) or float(node.meta["val"].numel())
+        total[i] += f
+        if node.name in inside:
+            split[i] += f
+    params = dict(gm.named_parameters())
+    for g in plan.groups:
+        i = seg(g.column[0])
+        out["groups"][i] += 1
+        out["param_bytes"][i] += sum(float(q.numel() * q.element_size()) for name, q in params.items()
+                                     if name.rpartition(".")[0] in g.column + g.row)
+        out["forward_bytes"][i] += g.row_output_bytes * scale
+        ins = {prods[x][0] for x in prods if prods[x][1] in g.column}
+        out["backward_bytes"][i] += sum(_bytes(x) for x in ins) * scale
+    out["share"] = [s / t if t else 0.0 for s, t in zip(split, total)]
+    return out

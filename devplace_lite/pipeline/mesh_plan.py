@@ -1,0 +1,449 @@
+"""Data, tensor and pipeline degrees of a model on ``N`` devices, planned together.
+
+Problem: ``N`` devices of ``M`` bytes each train one model on a batch cut into ``m``
+micro-batches. Lay them out as a ``dp x pp x tp`` mesh (torch's ``init_device_mesh``, as
+torchtitan and Megatron-LM do): ``tp`` devices split each column-then-row group of a stage
+(`devplace_lite.pipeline.tensor_parallel.find`), ``pp`` stages form a pipeline under one of
+torch's schedules, and ``dp`` replicas of the pipeline each run ``m / dp`` of the micro-batches
+and average their gradients. Choose the three degrees, the split, the schedule and the stages
+that recompute their activations, so that the step is least and every device fits in ``M``.
+
+Cost model (the pipeline planner's, `planner.plan_graph`, with two terms added):
+
+* at tensor degree ``t`` a segment whose groups hold a share ``s`` of its FLOPs takes
+  ``1 - s + s / t`` of its measured forward and backward, plus, per group, a ring all-reduce of
+  the row outputs in the forward and of the column inputs' gradients in the backward
+  (`tp_cost.allreduce_ms` over the tensor group's link, and the price of a message where the
+  profile has one); the groups' parameters, gradients and optimizer state take ``1/t`` of their
+  bytes; activations are counted whole (an upper bound: a group's inside splits too);
+* the pipeline's step is the replay of the schedule's action order with those costs
+  (`devplace_lite.schedules.simulate`) on ``m / dp`` micro-batches;
+* then each stage's data-parallel group all-reduces the stage's gradients (a ring over the
+  data group's link): the step is the replay plus the slowest stage's all-reduce.
+
+Links: ranks are laid out ``(dp, pp, tp)``, ``tp`` innermost, so a tensor group spans ``tp``
+consecutive devices and a data group ``dp pp tp``; a group within one node of the roofline's
+spec crosses NVLink, else the network (`tp_cost.link_for`). A profile measured here has one
+link, the host's.
+
+Exactness: for each mesh shape and schedule, the split and its recomputation flags are the
+schedule search's (`devplace_lite.schedules.search`: the least replayed step, proven by
+enumeration, else its bound). The all-reduce term is the split's own, bounded below by its
+value for the least a stage can hold (``max(G / pp, the largest segment's G)``). The plan is
+``optimal`` when its step is at most every shape's bound, else ``feasible`` with its gap to
+the least bound (``time_limit`` when the limit left shapes unsearched).
+
+Complexity: one schedule search per mesh shape and schedule, ``O(d(N)^2)`` shapes for ``N`` with
+``d(N)`` divisors; the capture and the measurement once.
+
+Reference: Narayanan et al., "Efficient large-scale language model training on GPU clusters
+using Megatron-LM", SC 2021 (the uniform dp x tp x pp mesh); Tarnawski et al., "Piper:
+multidimensional planner for DNN parallelization", NeurIPS 2021 (degrees chosen per stage with
+the split: `devplace_lite.multidim`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from .. import solve
+from ..devices import SPECS
+from ..errors import GraphError, UsageError
+from ..graph import Graph
+from ..schedules.simulate import SCHEDULES, stage_to_rank, stages_per_rank
+from .planner import OPTIMIZERS, PipelinePlan, STEP_SECONDS, plan_graph, segment_costs
+from .tp_cost import allreduce_ms, link_for
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One mesh: data-parallel replicas, pipeline ranks, tensor shards; ``schedule`` and its
+    stages per rank."""
+
+    dp: int
+    pp: int
+    tp: int
+    schedule: str
+    per_rank: int = 1
+
+
+def at_degree(graph: Graph, shares: dict[str, list[float]], t: int, link: float, message_ms: float = 0.0) -> Graph:
+    """A copy of segment graph ``graph`` with every segment's times and bytes at tensor degree ``t``.
+
+    Parameters
+    ----------
+    graph : Graph
+        A measured segment graph (`segments.segment_graph`).
+    shares : dict
+        `tp_cost.segment_shares` of its segments.
+    t : int
+        The tensor-parallel degree (1: the graph itself).
+    link : float
+        Bytes/s of the tensor group's link.
+    message_ms : float
+        What one all-reduce costs beyond its bytes (the profile's price of a message).
+
+    Returns
+    -------
+    Graph
+        Forward, backward (its input- and weight-gradient parts) and parameter and gradient
+        bytes per segment at degree ``t``; the notes say what was scaled.
+
+    Examples
+    --------
+    >>> from devplace_lite.graph import Node
+    >>> g = Graph([Node("0:a", p_acc=4.0, memory=8.0)], [], meta={"segments": {
+    ...     "names": ["a"], "forward_ms": [4.0], "backward_ms": [8.0], "param_bytes": [8.0],
+    ...     "grad_bytes": [8.0], "activation_bytes": [0.0]}})
+    >>> s = {"share": [0.5], "param_bytes": [8.0], "groups": [0], "forward_bytes": [0.0], "backward_bytes": [0.0]}
+    >>> h = at_degree(g, s, 2, 1e9)
+    >>> h.meta["segments"]["forward_ms"], h.meta["segments"]["param_bytes"], h.nodes[0].p_acc
+    ([3.0], [4.0], 3.0)
+    """
+    if t == 1:
+        return graph
+    seg = dict(graph.meta["segments"])
+    keep = [1.0 - s + s / t for s in shares["share"]]
+    cut = [g * (1.0 - 1.0 / t) for g in shares["param_bytes"]]
+
+    def comm(key: str) -> list[float]:
+        return [allreduce_ms(b, t, link) + k * message_ms for b, k in zip(shares[key], shares["groups"])]
+
+    fwd_ar, bwd_ar = comm("forward_bytes"), comm("backward_bytes")
+    seg["forward_ms"] = [f * k + a for f, k, a in zip(seg["forward_ms"], keep, fwd_ar)]
+    seg["param_bytes"] = [p - c for p, c in zip(seg["param_bytes"], cut)]
+    if graph.is_training:
+        seg["backward_ms"] = [b * k + a for b, k, a in zip(seg["backward_ms"], keep, bwd_ar)]
+        seg["grad_bytes"] = [g - c for g, c in zip(seg["grad_bytes"], cut)]
+        if seg.get("backward_input_ms"):  # the column inputs' gradients are summed in the input pass
+            seg["backward_input_ms"] = [b * k + a for b, k, a in zip(seg["backward_input_ms"], keep, bwd_ar)]
+        if seg.get("backward_weight_ms"):
+            seg["backward_weight_ms"] = [b * k for b, k in zip(seg["backward_weight_ms"], keep)]
+    idx = {f"{i}:{nm}": i for i, nm in enumerate(seg["names"])}
+    nodes = []
+    for v in graph.nodes:
+        i = idx.get(v.id[:-5] if v.backward else v.id)
+        if i is None:
+            nodes.append(v)
+        elif v.backward:
+            ms = seg["backward_ms"][i]
+            nodes.append(replace(v, p_acc=round(ms, 6), p_cpu=round(ms, 6), memory=float(seg["grad_bytes"][i])))
+        else:
+            ms = seg["forward_ms"][i]
+            nodes.append(replace(v, p_acc=round(ms, 6), p_cpu=round(ms, 6), memory=float(
+                seg["param_bytes"][i] + seg["activation_bytes"][i])))
+    meta = {**graph.meta, "segments": seg, "tensor_parallel": t,
+            "notes": list(graph.meta.get("notes", [])) + [
+                f"tensor degree {t}: each segment's time scaled by 1 - s + s/{t} (s: its column-then-row groups' "
+                f"share of its FLOPs) plus its groups' all-reduces; their parameters split {t} ways; activations "
+                "counted whole (an upper bound)"]}
+    return Graph(nodes, list(graph.edges), name=f"{graph.name}-tp{t}", meta=meta)
+
+
+def shapes(devices: int, degrees: Sequence[int], microbatches: int, segments: int,
+           schedules: Sequence[str]) -> list[Shape]:
+    """Every mesh of ``devices`` for the schedules: ``tp`` among ``degrees``, ``dp`` dividing the
+    micro-batches, ``pp`` stages (times the schedule's stages per rank) at most ``segments``.
+
+    >>> [(s.dp, s.pp, s.tp) for s in shapes(8, [1, 2], 4, 4, ["1f1b"])]
+    [(4, 2, 1), (2, 4, 1), (4, 1, 2), (2, 2, 2), (1, 4, 2)]
+    """
+    out = []
+    for schedule in schedules:
+        v = stages_per_rank(schedule, None)
+        for t in degrees:
+            if devices % t:
+                continue
+            for pp in range(1, devices // t + 1):
+                if (devices // t) % pp or pp * v > segments:
+                    continue
+                dp = devices // (t * pp)
+                if microbatches % dp or microbatches // dp < 1:
+                    continue
+                out.append(Shape(dp, pp, t, schedule, v))
+    return out
+
+
+def dp_allreduce_ms(grad_bytes: float, dp: int, link: float, message_ms: float = 0.0) -> float:
+    """A stage's gradients averaged over ``dp`` replicas: a ring all-reduce, one message.
+
+    >>> dp_allreduce_ms(1e6, 2, 1e9, 0.5), dp_allreduce_ms(1e6, 1, 1e9, 0.5)
+    (1.5, 0.0)
+    """
+    return 0.0 if dp == 1 else allreduce_ms(grad_bytes, dp, link) + message_ms
+
+
+def _links(graph: Graph, spec: str | None) -> tuple[Any, Any]:
+    """Functions of a group's span (devices) -> its link's bytes/s."""
+    if spec is None:
+        host = float(graph.meta.get("spec", {}).get("link") or 16e9)
+        return (lambda n: host), (lambda n: host)
+    acc = SPECS[spec]
+    return (lambda n: link_for(acc, n)), (lambda n: link_for(acc, n))
+
+
+def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, degrees: Sequence[int],
+              microbatches: int, batch: int, schedules: Sequence[str] = ("1f1b",), memory: float | None = None,
+              optimizer: str = "none", recompute: str = "auto", spec: str | None = None,
+              time_limit: float | None = None, started: float | None = None, seed: int = 0,
+              fixed: dict[str, int] | None = None) -> PipelinePlan:
+    """The least forecast step over mesh shapes, splits, schedules and recomputation (see the module).
+
+    Parameters
+    ----------
+    graph : Graph
+        The model's measured segment graph at tensor degree 1 (one micro-batch).
+    shares : dict
+        `tp_cost.segment_shares` of its segments.
+    devices : int
+        ``N``: every shape uses all of them.
+    degrees : sequence of int
+        Tensor degrees the model's groups allow (`TensorParallelPlan.degrees`).
+    microbatches, batch : int
+        Micro-batches of the whole step (``dp`` divides them) and its samples.
+    schedules : sequence of str
+        Keys of `SCHEDULES` to choose among.
+    memory : float, optional
+        Bytes per device.
+    optimizer, recompute, seed : as `plan_graph`.
+    spec : str, optional
+        The roofline's GPU (its links); None: a profile measured here.
+    time_limit, started : wall seconds for the whole call from ``started`` (`time.monotonic`).
+    fixed : dict, optional
+        Degrees the user fixed (``{"tp": 2}``): only shapes with them are weighed.
+
+    Returns
+    -------
+    PipelinePlan
+        The chosen shape's pipeline plan (`plan_graph` on the graph at its tensor degree),
+        with ``dp``, ``tp``, ``devices`` and ``mesh`` (every shape tried, the bound, the status).
+
+    Raises
+    ------
+    UsageError
+        No shape of ``devices`` fits the model (its one line says why).
+    GraphError
+        No shape fits ``memory``.
+    """
+    if optimizer not in OPTIMIZERS:
+        raise UsageError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+    budget = solve.Budget(time_limit, time.monotonic() if started is None else started)
+    n = len(graph.meta["segments"]["names"])
+    fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
+    todo = [s for s in shapes(devices, degrees, microbatches, n, schedules)
+            if all(getattr(s, k) == v for k, v in fixed.items())]
+    if not todo:
+        raise UsageError(f"no dp x pp x tp mesh of {devices} device(s) fits: tensor degrees {list(degrees)} divide "
+                         f"the model's groups, the data degree must divide the {microbatches} micro-batch(es) and "
+                         f"the pipeline holds at most {n} segment(s)"
+                         + "".join(f", {k} = {v}" for k, v in fixed.items())
+                         + "; give --microbatches a multiple of the data degree, other fixed degrees, or another "
+                         "--devices")
+    from ..schedules.search import search
+
+    tp_link, dp_link = _links(graph, spec)
+    message = float(graph.meta["segments"].get("action_ms") or 0.0)
+    graphs: dict[int, Graph] = {}
+    rows: list[dict[str, Any]] = []
+    for i, sh in enumerate(todo):
+        left = budget.left()
+        if left is not None and left <= 0:
+            rows += [{**_shape(s), "status": "not tried"} for s in todo[i:]]
+            break
+        if sh.tp not in graphs:
+            graphs[sh.tp] = at_degree(graph, shares, sh.tp, tp_link(sh.tp), message)
+        g = graphs[sh.tp]
+        costs = segment_costs(g, optimizer, microbatches // sh.dp)
+        share = STEP_SECONDS if left is None else max(left / (len(todo) - i), solve.MIN_SLICE)
+        try:
+            found = search(costs, sh.schedule, sh.pp, microbatches // sh.dp, per_rank=sh.per_rank,
+                           training=g.is_training, memory=memory, recompute=recompute, least_ranks=sh.pp,
+                           time_limit=share)
+        except UsageError as e:  # the schedule refuses this many micro-batches on these ranks
+            rows.append({**_shape(sh), "status": "refused", "why": str(e)})
+            continue
+        row = {**_shape(sh), "status": found.status}  # the split search's
+        if found.stage_of is not None:
+            grads = g.meta["segments"]["grad_bytes"] if g.is_training else [0.0] * n
+            ranks = stage_to_rank(sh.schedule, sh.pp, sh.per_rank)
+            held = _sums(grads, [ranks[s] for s in found.stage_of])
+            link = dp_link(sh.dp * sh.pp * sh.tp)
+            ar = dp_allreduce_ms(max(held), sh.dp, link, message)
+            least = max(sum(grads) / sh.pp, max(grads))
+            row.update(replay_ms=found.step_ms, allreduce_ms=ar, step_ms=found.step_ms + ar,
+                       bound_ms=found.bound_ms + dp_allreduce_ms(least, sh.dp, link, message),
+                       samples_per_s=1e3 * batch / (found.step_ms + ar) if found.step_ms + ar > 0 else math.inf)
+        elif found.status != "infeasible":
+            row["bound_ms"] = found.bound_ms
+        rows.append(row)
+    done = [r for r in rows if "step_ms" in r]
+    if not done:
+        if all(r["status"] == "infeasible" for r in rows):
+            raise GraphError(f"no dp x pp x tp mesh of {devices} device(s) fits {memory:.0f} bytes per device "
+                             f"(proven for each of {len(rows)} shape(s) and schedule(s)); way out: more devices, "
+                             "fewer micro-batches in flight, or --recompute auto")
+        raise GraphError(f"the time limit ended before any mesh of {devices} device(s) was planned")
+    best = min(done, key=lambda r: (r["step_ms"], r["tp"], r["pp"]))
+    bounds = [r["bound_ms"] for r in rows if "bound_ms" in r]
+    untried = any(r["status"] == "not tried" for r in rows)
+    bound = -math.inf if untried else min(bounds)
+    status = ("time_limit" if untried else "optimal" if best["step_ms"] <= bound * (1 + 1e-9) else "feasible")
+    sh = Shape(best["dp"], best["pp"], best["tp"], best["schedule"], best["per_rank"])
+    left = budget.left()
+    p = plan_graph(graphs[sh.tp], k=sh.pp, microbatches=microbatches // sh.dp, schedule=sh.schedule, batch=batch // sh.dp,
+                   memory=memory, optimizer=optimizer, per_rank=sh.per_rank, recompute=recompute, seed=seed,
+                   least_ranks=sh.pp, time_limit=None if left is None else max(left, solve.MIN_SLICE))
+    p.dp, p.tp, p.devices = sh.dp, sh.tp, devices
+    p.mesh = {"status": status, "step_ms": best["step_ms"], "bound_ms": bound if math.isfinite(bound) else None,
+              "gap": None if not math.isfinite(bound) or best["step_ms"] <= 0 else
+              max(0.0, (best["step_ms"] - bound) / best["step_ms"]),
+              "allreduce_ms": best["allreduce_ms"], "samples_per_s": best["samples_per_s"], "batch": batch,
+              "microbatches": microbatches, "spec": spec, "tried": rows}
+    return p
+
+
+def _shape(s: Shape) -> dict[str, Any]:
+    return {"dp": s.dp, "pp": s.pp, "tp": s.tp, "schedule": s.schedule, "per_rank": s.per_rank}
+
+
+def _sums(values: Sequence[float], group_of: Sequence[int]) -> list[float]:
+    out = [0.0] * (max(group_of) + 1)
+    for v, s in zip(values, group_of):
+        out[s] += float(v)
+    return out
+
+
+def plan_devices(model: Any, example_inputs: Sequence[Any], *, devices: int, microbatches: int | None = None,
+                 schedule: str = "1f1b", training: bool = True, memory: float | None = None, optimizer: str = "none",
+                 granularity: str = "block", time_limit: float | None = None, seed: int = 0, repeats: int = 5,
+                 warmup: int = 1, model_spec: str | None = None, device: str = "cpu", spec: str | None = None,
+                 recompute: str = "auto", started: float | None = None, action_ms: float = 0.0,
+                 dp: int | None = None, pp: int | None = None, tp: int | None = None) -> PipelinePlan:
+    """Capture ``model``, measure its segments, find its tensor-parallel groups and plan it on
+    ``devices`` devices (`plan_mesh`): what ``devplace plan MODEL --devices N`` answers.
+
+    Parameters
+    ----------
+    model, example_inputs : nn.Module and one step's whole batch (as `planner.plan`).
+    devices : int
+        Devices of the mesh, ``dp x pp x tp``.
+    microbatches : int, optional
+        Micro-batches of the whole step, shared by the data-parallel replicas (default: one
+        sample each, so that every data degree up to the batch can be weighed).
+    schedule : str
+        A key of `SCHEDULES`, or ``"auto"``: each of them.
+    training, memory, optimizer, granularity, time_limit, seed, repeats, warmup, model_spec,
+    device, spec, recompute, started, action_ms : as `planner.plan`.
+    dp, pp, tp : int, optional
+        Degrees fixed by the user (the others are chosen).
+
+    Returns
+    -------
+    PipelinePlan
+        With ``dp``, ``tp``, ``devices`` and ``mesh`` (see `plan_mesh`).
+
+    Raises
+    ------
+    UsageError
+        Bad numbers, or no mesh of ``devices`` fits the model.
+    GraphError
+        A model torch.export does not capture, or no mesh fits ``memory``.
+    """
+    import torch
+
+    from .capture import exported_graph, without_cache
+    from .planner import indivisible, segment_profile
+    from .tensor_parallel import find
+    from .tp_cost import segment_shares
+
+    inputs = tuple(example_inputs)
+    if not inputs or not all(isinstance(t, torch.Tensor) and t.dim() for t in inputs):
+        raise UsageError("example inputs must be tensors with a batch dimension")
+    if int(devices) != devices or devices < 1:
+        raise UsageError(f"devices must be a positive integer, got {devices!r}")
+    batch = int(inputs[0].shape[0])
+    microbatches = batch if microbatches is None else microbatches
+    if int(microbatches) != microbatches or microbatches < 1:
+        raise UsageError(f"microbatches must be a positive integer, got {microbatches!r}")
+    if batch % microbatches:
+        raise UsageError(indivisible(batch, microbatches))
+    if schedule != "auto" and schedule not in SCHEDULES:
+        raise UsageError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}, auto")
+    started = time.monotonic() if started is None else started
+    budget = solve.Budget(time_limit, started)
+    without_cache(model)
+    graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
+                                          model_spec, device, spec, budget=budget, action_ms=action_ms)
+    t0 = time.monotonic()
+    # a batch of one hides the batch dimension among size-one dimensions (`tensor_parallel`)
+    rows = min(batch, 2)
+    gm = exported_graph(model, tuple(t[:rows] for t in inputs))
+    tpp = find(gm)
+    shares = segment_shares(model, gm, tpp, graph.meta["segments"]["names"], scale=batch / microbatches / rows)
+    if tp is not None and tpp.why_not(tp):
+        raise UsageError(f"--tp {tp}: {tpp.why_not(tp)}")
+    degrees = [t for t in tpp.degrees() if devices % t == 0]
+    seconds["tensor_parallel"] = time.monotonic() - t0
+    p = plan_mesh(graph, shares, devices=devices, degrees=degrees, microbatches=microbatches, batch=batch,
+                  schedules=list(SCHEDULES) if schedule == "auto" else [schedule], memory=memory,
+                  optimizer=optimizer, recompute=recompute, spec=spec, time_limit=time_limit, started=started,
+                  seed=seed, fixed={"dp": dp, "pp": pp, "tp": tp})
+    p.model_spec, p.capture = model_spec, cap
+    groups = len(tpp.groups)
+    p.notes.append(f"tensor parallelism: {groups} column-then-row group(s) found on the exported graph, degrees "
+                   f"{tpp.degrees()} split them all" + (f"; refused: {tpp.refused[0][1]}" if tpp.refused else ""))
+    p.seconds = {**seconds, **p.seconds, "total": time.monotonic() - started}
+    return p
+
+
+def plan(model: Any, example_inputs: Sequence[Any], *, k: int | None = None, devices: int | None = None,
+         degrees: dict[str, int] | None = None, **options: Any) -> PipelinePlan:
+    """Plan ``model`` on ``k`` pipeline ranks (`planner.plan`) or on ``devices`` devices with
+    data, tensor and pipeline degrees chosen together (`plan_devices`): the one planner of a
+    model, behind ``devplace_lite.plan`` and ``devplace plan``.
+
+    Parameters
+    ----------
+    model, example_inputs : nn.Module and one step's whole batch.
+    k : int, optional
+        Pipeline ranks (one stage each, or the schedule's stages per rank).
+    devices : int, optional
+        Devices of a ``dp x pp x tp`` mesh; give ``k`` or ``devices``.
+    degrees : dict, optional
+        With ``devices``: degrees fixed by the user, e.g. ``{"tp": 2}`` (keys ``dp``, ``pp``, ``tp``).
+    **options
+        The planner's options (`planner.plan`; with ``devices``, those `plan_devices` takes).
+
+    Returns
+    -------
+    PipelinePlan
+
+    Raises
+    ------
+    UsageError
+        Neither or both of ``k`` and ``devices``, a degree that is not a positive integer, or
+        an option of a ``k``-rank pipeline given with ``devices``.
+    """
+    from .planner import plan as plan_pipeline
+
+    if degrees and devices is None:
+        raise UsageError("degrees fix a mesh's dp, pp or tp: give devices too")
+    if (k is None) == (devices is None):
+        raise UsageError("give k (pipeline ranks) or devices (data, tensor and pipeline degrees planned together), "
+                         "one of them")
+    if devices is None:
+        return plan_pipeline(model, example_inputs, k=k, **options)
+    fixed = dict(degrees or {})
+    for key, v in fixed.items():
+        if key not in ("dp", "pp", "tp"):
+            raise UsageError(f"unknown degree {key!r}; known: dp, pp, tp")
+        if v is not None and (int(v) != v or v < 1):
+            raise UsageError(f"{key} must be a positive integer, got {v!r}")
+    pipeline_only = sorted(set(options) & {"per_rank", "method", "least_ranks"})
+    if pipeline_only or options.get("microbatches") == "auto":
+        raise UsageError(f"{(pipeline_only or ['microbatches=auto'])[0]} shapes a pipeline of k ranks; with devices "
+                         "leave it out")
+    return plan_devices(model, example_inputs, devices=devices, **fixed, **options)
