@@ -14,7 +14,9 @@ lower bound behind every answer (a heuristic's included) and a status the bound 
   ``bound_time`` seconds;
 * `bound`: run a bound method of `methods.BOUND` within the budget, keeping what its finished
   steps proved when the budget runs out midway;
-* `settle`: a certified gap of zero (within `GAP_TOL`) is ``optimal``, for every method.
+* `settle`: a certified gap of zero (within `GAP_TOL`) is ``optimal``, for every method;
+  `verdict` says the same of an answer that is not a `Result` (a model's plan over the mesh
+  shapes it weighed, `devplace_lite.pipeline.mesh_plan`).
 
 Exactness: ``optimal`` is said only when a proven lower bound meets the objective. The bound is
 on the optimum of the splits the method searches (``Method.split``): the chain optimum for
@@ -186,6 +188,23 @@ def settle(res: Result) -> Result:
             and res.gap <= GAP_TOL:
         res.status = "optimal"
     return res
+
+
+def verdict(objective: float, bound: float | None, cut_short: bool = False) -> tuple[str, float | None]:
+    """The status and gap of an answer ``objective`` with proven lower bound ``bound``, for
+    answers that are not a `Result` (a model's plan over mesh shapes): ``optimal`` when the
+    bound meets the objective within `GAP_TOL`, ``time_limit`` when the limit cut the search
+    short, else ``feasible``; the gap is ``(objective - bound) / objective`` (None without a bound).
+
+    >>> verdict(10.0, 10.0), verdict(10.0, 8.0), verdict(10.0, None, cut_short=True)
+    (('optimal', 0.0), ('feasible', 0.2), ('time_limit', None))
+    """
+    if bound is None or not math.isfinite(bound):
+        return ("time_limit" if cut_short else "feasible"), None
+    gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
+    if gap <= GAP_TOL:
+        return "optimal", gap
+    return ("time_limit" if cut_short else "feasible"), gap
 
 
 def _needs_bound(res: Result, seconds: float) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from devplace_lite.errors import GraphError, UsageError
 from devplace_lite.graph import Graph, Node
 from devplace_lite.pipeline.mesh_plan import at_degree, dp_allreduce_ms, plan_mesh, shapes
-from devplace_lite.pipeline.planner import segment_costs
+from devplace_lite.pipeline.costs import segment_costs
 from devplace_lite.schedules.search import evaluate
 from devplace_lite.schedules.simulate import stage_to_rank, stages_per_rank
 
@@ -192,6 +192,7 @@ def test_library_and_command_line_give_the_same_plan(tmp_path, capsys):
     (["--devices", "8", "--stages-per-rank", "2", "--schedule", "interleaved-1f1b"], "--stages-per-rank"),
     (["--devices", "8", "--schedule", "zbv", "--run"], "gpipe or 1f1b"),
     (["--devices", "8", "--tp", "3"], "degree 3"),
+    (["--devices", "8", "--inference", "--run"], "--inference without --run"),
 ])
 def test_command_line_refusals(argv, words, tmp_path, capsys):
     from devplace_lite.cli import main

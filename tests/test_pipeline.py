@@ -23,7 +23,8 @@ from devplace_lite.graph import GraphError  # noqa: E402
 from devplace_lite.pipeline.capture import capture, to_device  # noqa: E402
 from devplace_lite.pipeline.measure import _whole, measure_segments  # noqa: E402
 from devplace_lite.pipeline.tracer import Tracer  # noqa: E402
-from devplace_lite.pipeline.planner import even_split, method_split, plan, plan_graph, with_method  # noqa: E402
+from devplace_lite.pipeline.baseline_splits import even_split, method_split, with_method  # noqa: E402
+from devplace_lite.pipeline.planner import plan, plan_graph  # noqa: E402
 from devplace_lite.pipeline.resources import check_resources  # noqa: E402
 from devplace_lite.pipeline.segments import segment_graph  # noqa: E402
 from devplace_lite.pipeline.split import split_module  # noqa: E402

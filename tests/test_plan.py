@@ -22,9 +22,11 @@ from devplace_lite.cost import evaluate  # noqa: E402
 from devplace_lite.errors import GraphError, UsageError  # noqa: E402
 from devplace_lite.pipeline.capture import _run_in_order, capture  # noqa: E402
 from devplace_lite.pipeline.calibration import _fit, scaled_graph  # noqa: E402
+from devplace_lite.pipeline.baseline_splits import even_split  # noqa: E402
+from devplace_lite.pipeline.costs import in_flight  # noqa: E402
 from devplace_lite.pipeline.measure import _whole, measure_segments  # noqa: E402
-from devplace_lite.pipeline.planner import (even_split, in_flight, plan, plan_graph,  # noqa: E402
-                                            stage_assignment)
+from devplace_lite.pipeline.pipeline_plan import stage_assignment  # noqa: E402
+from devplace_lite.pipeline.planner import plan, plan_graph  # noqa: E402
 from devplace_lite.pipeline.segments import segment_graph  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch, torchrun_commands  # noqa: E402
 

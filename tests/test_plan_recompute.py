@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.errors import GraphError  # noqa: E402
-from devplace_lite.pipeline.planner import plan, plan_graph, segment_costs  # noqa: E402
+from devplace_lite.pipeline.costs import segment_costs  # noqa: E402
+from devplace_lite.pipeline.planner import plan, plan_graph  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch  # noqa: E402
 from devplace_lite.schedules.search import evaluate  # noqa: E402
 

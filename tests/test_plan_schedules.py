@@ -16,7 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from devplace_lite.cli import main  # noqa: E402
-from devplace_lite.pipeline.planner import plan, plan_graph, segment_costs  # noqa: E402
+from devplace_lite.pipeline.costs import segment_costs  # noqa: E402
+from devplace_lite.pipeline.planner import plan, plan_graph  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch  # noqa: E402
 from devplace_lite.schedules.search import evaluate  # noqa: E402
 from devplace_lite.schedules.simulate import SCHEDULES  # noqa: E402
@@ -182,7 +183,7 @@ def test_calibration_scales_the_weight_pass_apart_where_the_run_split_the_backwa
     scaled profile forecasts that stage's W accordingly; a run with no split backward scales W
     as B."""
     from devplace_lite.pipeline.calibration import _stage_scales, scaled_graph
-    from devplace_lite.pipeline.planner import with_stages
+    from devplace_lite.pipeline.baseline_splits import with_stages
 
     p = plan_graph(graph, k=2, microbatches=4, schedule="zbv")
     run = _fake_run(p)

@@ -240,7 +240,7 @@ def test_gantt_draws_forecast_and_measured():
 
 
 def test_in_flight_counts_match_the_planners():
-    from devplace_lite.pipeline.planner import in_flight
+    from devplace_lite.pipeline.costs import in_flight
 
     for sched in ("gpipe", "1f1b"):
         for p, m in ((2, 4), (3, 7), (4, 4)):

@@ -79,7 +79,7 @@ def splits(q: Any) -> dict[str, list[int]]:
     import math
 
     from devplace_lite.devices import Cluster
-    from devplace_lite.pipeline.planner import method_split
+    from devplace_lite.pipeline.baseline_splits import method_split
     from devplace_lite.pipeline.titan import torchtitan_split
 
     stages = q.k * q.per_rank
@@ -90,7 +90,8 @@ def splits(q: Any) -> dict[str, list[int]]:
 
 def forecast(graph: Any, spec: str) -> list[dict[str, Any]]:
     """Every schedule and rank count of `CONFIGS`: the plan's forecast step and each baseline's."""
-    from devplace_lite.pipeline.planner import plan_graph, with_stages
+    from devplace_lite.pipeline.baseline_splits import with_stages
+    from devplace_lite.pipeline.planner import plan_graph
 
     rows = []
     for schedule, k in CONFIGS:
@@ -107,7 +108,8 @@ def forecast(graph: Any, spec: str) -> list[dict[str, Any]]:
 
 def measured(graph: Any, spec: str, rounds: int, steps: int, ranks: int = 2) -> dict[str, Any]:
     """At ``ranks`` ranks, 1F1B: each distinct split run under torchrun ``rounds`` times, in turns."""
-    from devplace_lite.pipeline.planner import plan_graph, with_stages
+    from devplace_lite.pipeline.baseline_splits import with_stages
+    from devplace_lite.pipeline.planner import plan_graph
     from devplace_lite.pipeline.torchrun import launch
 
     q = plan_graph(graph, k=ranks, microbatches=MICRO, schedule="1f1b", batch=BATCH, time_limit=30)
@@ -131,7 +133,8 @@ def capped(graph: Any, share: float) -> dict[str, Any]:
     """At 4 ranks, 1F1B, a memory cap of ``share`` times the torchtitan split's largest stage
     peak: whether that split fits, and what the plan does under the cap."""
     from devplace_lite.errors import GraphError
-    from devplace_lite.pipeline.planner import plan_graph, with_stages
+    from devplace_lite.pipeline.baseline_splits import with_stages
+    from devplace_lite.pipeline.planner import plan_graph
     from devplace_lite.pipeline.titan import torchtitan_split
 
     q = plan_graph(graph, k=4, microbatches=MICRO, schedule="1f1b", batch=BATCH, time_limit=30)

@@ -4,7 +4,7 @@ For each model (layers of unequal cost: Inception-v3 and GNMT from the zoo, tiny
 in inference and in training, on the package's one road (`devplace_lite.pipeline`: capture ->
 `PipelinePlan` -> torchrun): capture and measure the segments once, split them over k = 2
 ranks with the exact DP (`dp`), torchgpipe-style balance by time (`time`), DeepSpeed's
-`parameters` and `uniform` (`planner.with_method`: every split scored by the same cost model),
+`parameters` and `uniform` (`baseline_splits.with_method`: every split scored by the same cost model),
 run every split under torchrun (torch.distributed.pipelining, GPipe, one process per rank) in
 interleaved rounds, and record per split
 
@@ -59,7 +59,8 @@ def _median(xs):
 def _plans(name: str, size: str, granularity: str, batch: int, microbatches: int, training: bool, k: int,
            device: str) -> tuple[Any, dict[str, Any]]:
     """One capture and measurement, then each method's split of it scored alike."""
-    from devplace_lite.pipeline.planner import plan, with_method
+    from devplace_lite.pipeline.baseline_splits import with_method
+    from devplace_lite.pipeline.planner import plan
     from devplace_lite.zoo import load
 
     model, inputs = load(name, size=size, batch=batch)

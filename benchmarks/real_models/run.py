@@ -47,7 +47,8 @@ def _load_avg() -> str:
 
 def case(name: str, rounds: int, steps: int) -> dict[str, Any]:
     from devplace_lite.pipeline.calibration import calibrate
-    from devplace_lite.pipeline.planner import compute_only, even_split, plan, plan_graph, with_stages
+    from devplace_lite.pipeline.baseline_splits import compute_only, even_split, with_stages
+    from devplace_lite.pipeline.planner import plan, plan_graph
     from devplace_lite.pipeline.torchrun import launch
     from devplace_lite.zoo import external, load
 

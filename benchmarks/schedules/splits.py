@@ -5,7 +5,7 @@ batch 8 in 4 micro-batches, ``k = 2`` ranks, and each schedule, `devplace plan`'
 schedule runs under torchrun beside the splits practitioners write by hand:
 
 * **evenly spaced**: stages that begin at evenly spaced split points (every ``n / S``-th segment,
-  as torch's pipelining examples cut a model; `planner.even_split`);
+  as torch's pipelining examples cut a model; `baseline_splits.even_split`);
 * **parameters**: stages of balanced parameter bytes (DeepSpeed's ``partition_method="parameters"``);
 * **time**: stages of balanced compute, blind to transfers (torchgpipe's ``balance_by_time``).
 
@@ -44,14 +44,15 @@ HAND = ("evenly spaced", "parameters", "time")
 
 def hand_splits(p, graph) -> dict[str, list[int]]:
     """Segment -> stage of each hand-written split of plan ``p``'s stages."""
-    from devplace_lite.pipeline.planner import even_split, method_split
+    from devplace_lite.pipeline.baseline_splits import even_split, method_split
 
     return {"evenly spaced": even_split(graph, p.num_stages), "parameters": method_split(p, "parameters"),
             "time": method_split(p, "time")}
 
 
 def case(name: str, schedules: list[str], steps: int, action_ms: float = 0.0) -> list[dict[str, Any]]:
-    from devplace_lite.pipeline.planner import plan_graph, with_stages
+    from devplace_lite.pipeline.baseline_splits import with_stages
+    from devplace_lite.pipeline.planner import plan_graph
 
     spec, graph = profiled(name, action_ms)
     rows = []

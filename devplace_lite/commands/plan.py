@@ -207,6 +207,9 @@ def _validate(args: argparse.Namespace) -> None:
                                                                             args.microbatches == "auto")) if on]
         if mesh_only:
             raise UsageError(f"{mesh_only[0]} shapes a pipeline of -k ranks; with --devices leave it out")
+        if args.run and args.inference:
+            raise UsageError("--run with --devices trains the mesh (the runner's check compares gradients); plan "
+                             "--inference without --run")
         if args.run and args.schedule not in ("gpipe", "1f1b"):
             raise UsageError(f"--run with --devices runs gpipe or 1f1b (one stage a rank) on the mesh; --schedule "
                              f"{args.schedule} plans without --run")
@@ -242,7 +245,7 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--out {args.folder}: exists and is not a folder; name a folder for the plan's files")
     if os.path.isdir(args.folder):  # its files, before the model is profiled (a FIFO there, a folder)
         from ..files import check_output
-        from ..pipeline.planner import PLAN_FILES
+        from ..pipeline.pipeline_plan import PLAN_FILES
 
         for name in PLAN_FILES.values():
             check_output(os.path.join(args.folder, name))
@@ -370,7 +373,7 @@ def _answer_mesh(p: Any, args: argparse.Namespace) -> int:
 
 def _print_mesh(a: dict[str, Any]) -> None:
     m, fc = a["mesh"], a["forecast"]
-    gap = "unknown" if m["gap"] is None else f"{100 * m['gap']:.1f} %"
+    gap = "unknown" if m["gap"] is None else f"{100 * m['gap']:.2g} %"
     bound = "none" if m["bound_ms"] is None else f"{m['bound_ms']:.3f} ms"
     print(f"{a['model']}: {a['devices']} device(s) as dp {a['dp']} x pp {a['ranks']} x tp {a['tp']}, {a['schedule']} "
           f"with {a['microbatches']} micro-batch(es) of {a['microbatch']} per replica ({a['segments']} segments, "
@@ -388,7 +391,8 @@ def _print_mesh(a: dict[str, Any]) -> None:
     if "run" in a:
         r = a["run"]
         cpu = [min(x["step_cpu_ms"]) for x in r["ranks"]]
-        print(f"torchrun ({len(r['ranks'])} processes): step CPU ms per rank {min(cpu):.1f}-{max(cpu):.1f}")
+        print(f"torchrun ({len(r['ranks'])} processes): step {r['step_wall_ms']:.1f} ms wall (forecast "
+              f"{a['mesh']['step_ms']:.1f}), CPU ms per rank {min(cpu):.1f}-{max(cpu):.1f}")
         if "check" in r:
             c = r["check"]
             print(f"check {'passed' if c['passed'] else 'FAILED'}: outputs within {c['max_output_diff']:.3g}, "

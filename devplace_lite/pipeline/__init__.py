@@ -12,11 +12,12 @@
   carried through the stages in between;
 * `measure` — each segment's time in CPU time (CUDA events on a GPU, or a GPU's roofline), its
   memory and the bytes it passes; `segments` — the measured segments as a placement graph;
-* `planner` — `PipelinePlan`, the one plan class (``devplace plan``, ``devplace_lite.plan``):
-  the exact split among split points with its proven bound, the split with the least replayed
-  step under any of torch's schedules (`devplace_lite.schedules`), memory per rank, and the
-  splits practitioners use (`planner.with_method`, `planner.even_split`) scored alike,
-  with nothing run (its torchrun script written by `script`);
+* `planner` — a pipeline of ``k`` ranks: the exact split among split points with its proven
+  bound, the split with the least replayed step under any of torch's schedules
+  (`devplace_lite.schedules`) and memory per rank, from the segments' costs (`costs`), with
+  nothing run; `pipeline_plan.PipelinePlan` is the one plan class it and `mesh_plan` answer
+  with (its torchrun script written by `script`); `baseline_splits` scores the splits
+  practitioners use (`baseline_splits.with_method`, `baseline_splits.even_split`) alike;
 * `calibration` — running a plan to measure it: the price of a message on this machine, which a
   plan for a run prices (`calibration.message_price`), and calibration (`calibration.calibrate`);
 * `torchrun` — the one launcher: a plan's script under ``torchrun``, one process per rank, on
@@ -51,8 +52,8 @@ from typing import Any
 _WHERE = {
     "Capture": "capture", "Tracer": "tracer", "capture": "capture", "measure_segments": "measure",
     "segment_graph": "segments", "Split": "split", "split_module": "split",
-    "PipelinePlan": "planner", "plan": "mesh_plan", "plan_mesh": "mesh_plan", "plan_graph": "planner", "calibrate": "calibration",
-    "with_method": "planner", "with_stages": "planner", "even_split": "planner", "segment_profile": "planner",
+    "PipelinePlan": "pipeline_plan", "plan": "mesh_plan", "plan_mesh": "mesh_plan", "plan_graph": "planner", "calibrate": "calibration",
+    "with_method": "baseline_splits", "with_stages": "baseline_splits", "even_split": "baseline_splits", "segment_profile": "planner",
     "launch": "torchrun", "ActivationMeter": "activations", "message_price": "calibration",
     "torchtitan_split": "titan", "job_config": "titan",
     "TensorParallelPlan": "tensor_parallel", "degree_costs": "tp_cost",

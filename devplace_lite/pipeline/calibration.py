@@ -26,7 +26,8 @@ from typing import Any, Sequence
 
 from ..errors import GraphError, UsageError
 from ..graph import Graph
-from .planner import PipelinePlan, plan, plan_graph
+from .pipeline_plan import PipelinePlan
+from .planner import plan, plan_graph
 
 #: The model, split and schedule `message_price` runs (a zoo model: no download, no torch.hub).
 PROBE = {"model": "resnet50", "k": 2, "schedule": "gpipe", "microbatches": 8, "batch": 16, "steps": 8, "launches": 3}

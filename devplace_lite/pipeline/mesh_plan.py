@@ -54,7 +54,9 @@ from ..devices import SPECS
 from ..errors import GraphError, UsageError
 from ..graph import Graph
 from ..schedules.simulate import SCHEDULES, stage_to_rank, stages_per_rank
-from .planner import OPTIMIZERS, PipelinePlan, STEP_SECONDS, plan_graph, segment_costs
+from .costs import OPTIMIZERS, segment_costs
+from .pipeline_plan import PipelinePlan
+from .planner import plan_graph, STEP_SECONDS
 from .tp_cost import allreduce_ms, link_for
 
 
@@ -287,19 +289,16 @@ def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, deg
                              "fewer micro-batches in flight, or --recompute auto")
         raise GraphError(f"the time limit ended before any mesh of {devices} device(s) was planned")
     best = min(done, key=lambda r: (r["step_ms"], r["tp"], r["pp"]))
-    bounds = [r["bound_ms"] for r in rows if "bound_ms" in r]
     untried = any(r["status"] == "not tried" for r in rows)
-    bound = -math.inf if untried else min(bounds)
-    status = ("time_limit" if untried else "optimal" if best["step_ms"] <= bound * (1 + 1e-9) else "feasible")
+    bound = None if untried else min(r["bound_ms"] for r in rows if "bound_ms" in r)
+    status, gap = solve.verdict(best["step_ms"], bound, cut_short=untried)
     sh = Shape(best["dp"], best["pp"], best["tp"], best["schedule"], best["per_rank"])
     left = budget.left()
     p = plan_graph(graphs[sh.tp], k=sh.pp, microbatches=microbatches // sh.dp, schedule=sh.schedule, batch=batch // sh.dp,
                    memory=memory, optimizer=optimizer, per_rank=sh.per_rank, recompute=recompute, seed=seed,
                    least_ranks=sh.pp, time_limit=None if left is None else max(left, solve.MIN_SLICE))
     p.dp, p.tp, p.devices = sh.dp, sh.tp, devices
-    p.mesh = {"status": status, "step_ms": best["step_ms"], "bound_ms": bound if math.isfinite(bound) else None,
-              "gap": None if not math.isfinite(bound) or best["step_ms"] <= 0 else
-              max(0.0, (best["step_ms"] - bound) / best["step_ms"]),
+    p.mesh = {"status": status, "step_ms": best["step_ms"], "bound_ms": bound, "gap": gap,
               "allreduce_ms": best["allreduce_ms"], "samples_per_s": best["samples_per_s"], "batch": batch,
               "microbatches": microbatches, "spec": spec, "tried": rows}
     return p

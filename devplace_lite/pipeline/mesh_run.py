@@ -194,19 +194,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         schedule = getattr(pipelining, SCHEDULES[a.schedule].torch_class)
         sched = schedule(stage, a.microbatches, loss_fn=lambda out, t: F.mse_loss(head(out), t))
         first, last = p == 0, p == a.pp - 1
-        cpu, out = [], None
+        cpu, wall, out = [], [], None
         for _ in range(a.steps):
             for q in local.values():
                 q.grad = None
             dist.barrier()
-            c0 = time.thread_time()
+            c0, w0 = time.thread_time(), time.perf_counter()
             out = sched.step(*(xs if first else ()), target=y if last else None)
             for q in partial:  # read whole by a shard's heads only: each holds a part of the gradient
                 dist.all_reduce(q.grad, group=mesh["tp"].get_group())
             for names in tied:
                 sum_copies([local[n] for n in names if n in local], named[names[0]], mesh["pp"].get_group(), device)
             cpu.append(1e3 * (time.thread_time() - c0))
-        rec: dict[str, Any] = {"rank": dist.get_rank(), "coords": [d, p, k], "step_cpu_ms": cpu,
+            dist.barrier()  # the step ends when every rank's has
+            wall.append(1e3 * (time.perf_counter() - w0))
+        rec: dict[str, Any] = {"rank": dist.get_rank(), "coords": [d, p, k], "step_cpu_ms": cpu, "step_wall_ms": wall,
                                "tp_modules": sorted(mine), "backend": dist.get_backend()}
         if a.check:
             rec["check"] = _check(model, inputs, target, local, shards, mesh["tp"].get_group(), a.tp,
@@ -350,8 +352,9 @@ def launch(model: str, *, dp: int, pp: int, tp: int, microbatches: int = 2, batc
     Returns
     -------
     dict
-        ``ranks`` (each rank's record: mesh coordinates, CPU time per step, its tensor-parallel
-        modules), ``commands``, and with ``check`` the ``check`` summary.
+        ``ranks`` (each rank's record: mesh coordinates, CPU and wall time per step, its
+        tensor-parallel modules), ``step_wall_ms`` (the median step, slowest rank, wall clock),
+        ``commands``, and with ``check`` the ``check`` summary.
 
     Raises
     ------
@@ -394,7 +397,10 @@ def launch(model: str, *, dp: int, pp: int, tp: int, microbatches: int = 2, batc
         cmds = torchrun_commands(script, world, extra=extra)
         run_ranks(cmds, timeout=timeout)
         ranks = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(world)]
-    res: dict[str, Any] = {"ranks": ranks, "commands": [" ".join(c[1:]) for c in cmds]}
+    # a step's wall time: the slowest rank's, its median over the steps
+    walls = [max(r["step_wall_ms"][i] for r in ranks) for i in range(steps)]
+    res: dict[str, Any] = {"ranks": ranks, "commands": [" ".join(c[1:]) for c in cmds],
+                           "step_wall_ms": sorted(walls)[len(walls) // 2]}
     if check:
         checks = [r["check"] for r in ranks]
         outs = [c for c in checks if "outputs_allclose" in c]

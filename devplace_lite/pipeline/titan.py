@@ -10,7 +10,7 @@ embedding and the output head as one layer each (``generate_llm_fqn_per_model_pa
 things follow:
 
 * `torchtitan_split` is that default split on a plan's segments, the baseline a torchtitan user
-  runs (`devplace_lite.pipeline.planner.with_stages` scores it like any split);
+  runs (`devplace_lite.pipeline.baseline_splits.with_stages` scores it like any split);
 * `job_config` turns a plan into torchtitan's job config (TOML, the format its
   ``ConfigManager`` reads with ``--job.config_file``): the pipeline degree, the schedule, the
   micro-batch size and ``module_fqns_per_model_part``, the module names of each stage, so that
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from .planner import PipelinePlan
+    from .pipeline_plan import PipelinePlan
 
 #: torch's schedule names as ``get_schedule_class`` (and torchtitan's
 #: ``parallelism.pipeline_parallel_schedule``) spell them, by ``devplace plan --schedule`` name.
