@@ -66,7 +66,9 @@ def unequal(batch: int = 8, seed: int = 0):
 def unequal_profile(cap=None):
     """The training segment graph of `unequal` (batch 4) as `plan` measures it: the profile the
     planner tests share (``cap``: a capture of it already made)."""
-    from devplace_lite.pipeline.capture import capture, measure_segments, segment_graph
+    from devplace_lite.pipeline.capture import capture
+    from devplace_lite.pipeline.measure import measure_segments
+    from devplace_lite.pipeline.segments import segment_graph
 
     if cap is None:
         cap = capture(*unequal(batch=4))

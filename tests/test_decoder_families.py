@@ -22,6 +22,7 @@ pytest.importorskip("transformers")
 
 from devplace_lite.errors import GraphError  # noqa: E402
 from devplace_lite.pipeline.split import split_module  # noqa: E402
+from devplace_lite.pipeline.split_points import candidates, module_calls  # noqa: E402
 from devplace_lite.zoo import external  # noqa: E402
 
 C = importlib.import_module("devplace_lite.pipeline.capture")  # the package re-exports the function `capture`
@@ -58,7 +59,7 @@ def test_the_new_route_cuts_a_model_torch_cuts_too_at_the_same_points():
     devplace's splitter gives the same segments, and they compute the model."""
     model, x = external.mamba(batch=2)
     torch_cap = C.capture(model, x)
-    ours = C._capture_export_split(model, x, C.candidates(model, *C.module_calls(model, x)), "block")
+    ours = C._capture_export_split(model, x, candidates(model, *module_calls(model, x)), "block")
     assert ours.names == torch_cap.names and ours.tied == torch_cap.tied
     with torch.no_grad():
         assert torch.allclose(_in_order(ours, x), model(*x), rtol=1e-5, atol=1e-6)
@@ -70,7 +71,7 @@ def test_segments_in_order_train_as_the_model_every_parameter_keeps_its_name(nam
     the model (by its own FQN) the model's gradient; a tied weight's copies (one tensor here)
     gather both stages' parts."""
     model, x = external.get(name)(batch=2)
-    sp, names, _ = C.export_split(model, x, C.candidates(model, *C.module_calls(model, x)))
+    sp, names, _ = C.export_split(model, x, candidates(model, *module_calls(model, x)))
     out = sp.run_sequential(*x)
     out.square().mean().backward()
     got = {n: p.grad for st in sp.stages for n, p in st.named_parameters()}

@@ -22,7 +22,7 @@ HOST = 16e9
 
 
 def _graph(rng: np.random.Generator, n: int, training: bool = True) -> Graph:
-    """A random chain of ``n`` measured segments, shaped as `capture.segment_graph` makes them."""
+    """A random chain of ``n`` measured segments, shaped as `segments.segment_graph` makes them."""
     names = [f"layers.{i}" for i in range(n)]
     ids = [f"{i}:{nm}" for i, nm in enumerate(names)]
     f = rng.uniform(0.2, 3.0, n).round(3).tolist()

@@ -20,11 +20,13 @@ from torch import nn  # noqa: E402
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.errors import UsageError  # noqa: E402
 from devplace_lite.graph import GraphError  # noqa: E402
-from devplace_lite.pipeline.capture import _whole, capture, measure_segments, segment_graph, to_device  # noqa: E402
+from devplace_lite.pipeline.capture import capture, to_device  # noqa: E402
+from devplace_lite.pipeline.measure import _whole, measure_segments  # noqa: E402
 from devplace_lite.pipeline.tracer import Tracer  # noqa: E402
 from devplace_lite.pipeline.baseline_splits import even_split, method_split, with_method  # noqa: E402
 from devplace_lite.pipeline.planner import plan, plan_graph  # noqa: E402
 from devplace_lite.pipeline.resources import check_resources  # noqa: E402
+from devplace_lite.pipeline.segments import segment_graph  # noqa: E402
 from devplace_lite.pipeline.split import split_module  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch  # noqa: E402
 
@@ -162,7 +164,7 @@ def on_path(monkeypatch):
 
 @pytest.mark.slow
 def test_a_model_only_torch_fx_captures_runs_over_two_ranks(tmp_path, on_path):
-    """The torch.fx route's stages (`torchrun.own_split`, `torchrun._own_stage`) under torchrun: a model whose forward
+    """The torch.fx route's stages (`rank.own_split`, `rank._own_stage`) under torchrun: a model whose forward
     branches on data, split in two, computes the unsplit model's outputs and gradients."""
     model, x = plan_models.branchy_wide(batch=8)
     p = plan(model, x, k=2, microbatches=4, model_spec="plan_models:branchy_wide", repeats=1)
@@ -242,14 +244,14 @@ def test_captured_rnns_are_exported_in_training_mode_and_the_model_is_untouched(
 
 def test_a_torch_error_while_timing_a_segment_is_one_line_naming_it(monkeypatch):
     """On an H100 the cuDNN refusal above reached the user as a traceback through the profile."""
-    import devplace_lite.pipeline.capture as capture_module
+    import devplace_lite.pipeline.measure as measure_module
 
     cap = capture(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), (torch.randn(2, 4),))
 
     def refuse(*args, **kwargs):
         raise RuntimeError("cudnn RNN backward can only be called in training mode\nC++ frames ...")
 
-    monkeypatch.setattr(capture_module, "_timed_pass", refuse)
+    monkeypatch.setattr(measure_module, "_timed_pass", refuse)
     with pytest.raises(GraphError, match=rf"^torch failed timing segment {cap.names[0]} on cpu: cudnn RNN backward "
                                          "can only be called in training mode$"):
         measure_segments(cap, training=True, repeats=1)

@@ -20,13 +20,14 @@ torch = pytest.importorskip("torch")
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.cost import evaluate  # noqa: E402
 from devplace_lite.errors import GraphError, UsageError  # noqa: E402
-from devplace_lite.pipeline.capture import (_run_in_order, _whole, capture, measure_segments,  # noqa: E402
-                                            segment_graph)
+from devplace_lite.pipeline.capture import _run_in_order, capture  # noqa: E402
 from devplace_lite.pipeline.calibration import _fit, scaled_graph  # noqa: E402
 from devplace_lite.pipeline.baseline_splits import even_split  # noqa: E402
 from devplace_lite.pipeline.costs import in_flight  # noqa: E402
+from devplace_lite.pipeline.measure import _whole, measure_segments  # noqa: E402
 from devplace_lite.pipeline.pipeline_plan import stage_assignment  # noqa: E402
 from devplace_lite.pipeline.planner import plan, plan_graph  # noqa: E402
+from devplace_lite.pipeline.segments import segment_graph  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch, torchrun_commands  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -351,7 +352,7 @@ def test_a_value_made_contiguous_for_a_boundary_is_profiled_with_the_models_stri
     """Inside a stage the next operator reads a value as the model made it (ConvNeXt's
     channels-last blocks: its depthwise convolutions' backward runs at half the speed on
     that layout), so the profile feeds a segment its inputs with those strides."""
-    from devplace_lite.pipeline.capture import _model_layout
+    from devplace_lite.pipeline.measure import _model_layout
 
     net = torch.nn.Sequential(torch.nn.Linear(8, 8), _ChannelsLast(), torch.nn.Linear(4, 4))
     x = (torch.randn(2, 4, 8),)
@@ -373,7 +374,7 @@ class _Broadcast(torch.nn.Module):
 def test_a_broadcast_value_at_a_boundary_is_profiled_as_the_copy_it_is_sent_as():
     """A broadcast view has no dense layout to restore (writing into it fails), so the next
     segment is timed on the contiguous copy, as a stage receives it."""
-    from devplace_lite.pipeline.capture import _model_layout
+    from devplace_lite.pipeline.measure import _model_layout
 
     net = torch.nn.Sequential(torch.nn.Linear(4, 4), _Broadcast(), torch.nn.Linear(4, 2))
     x = (torch.randn(3, 4),)
@@ -386,7 +387,7 @@ def test_a_broadcast_value_at_a_boundary_is_profiled_as_the_copy_it_is_sent_as()
 
 def test_the_runtime_s_cpu_time_is_counted_outside_the_passes_and_the_message_price_is_cpu_only():
     from devplace_lite.pipeline.calibration import message_price
-    from devplace_lite.pipeline.torchrun import _overhead
+    from devplace_lite.pipeline.run_figures import _overhead
 
     record = [("F", 0.1, 0.2, 10.0, 0, 0), ("B", 0.3, 0.4, 20.0, 0, 0), ("W", 0.5, 0.6, 5.0, 0, 0),
               ("F", 1.1, 1.2, 10.0, 0, 0), ("B", 1.3, 1.4, 20.0, 0, 0)]
@@ -407,8 +408,8 @@ def test_a_value_two_segments_of_a_stage_save_is_counted_once():
 
     from torch.distributed.pipelining import pipeline
 
-    from devplace_lite.pipeline.capture import known_warnings_filtered, split_policy
-    from devplace_lite.pipeline.torchrun import ActivationMeter
+    from devplace_lite.pipeline.activations import ActivationMeter
+    from devplace_lite.pipeline.torch_split import known_warnings_filtered, split_policy
 
     model, x = plan_models.unequal(batch=8)
     p = plan(model.train(), x, k=2, microbatches=4, repeats=1)

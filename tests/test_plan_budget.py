@@ -19,8 +19,9 @@ torch = pytest.importorskip("torch")
 from devplace_lite.cli import main  # noqa: E402
 from devplace_lite.errors import UsageError  # noqa: E402
 from devplace_lite.io import load_graph  # noqa: E402
-from devplace_lite.pipeline.capture import capture, measure_segments  # noqa: E402
+from devplace_lite.pipeline.capture import capture  # noqa: E402
 from devplace_lite.pipeline.costs import segment_costs  # noqa: E402
+from devplace_lite.pipeline.measure import measure_segments  # noqa: E402
 from devplace_lite.pipeline.planner import SCHEDULES, plan, plan_auto, plan_graph  # noqa: E402
 from devplace_lite.schedules.search import evaluate  # noqa: E402
 

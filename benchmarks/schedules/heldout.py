@@ -91,7 +91,7 @@ What the table before showed (three rounds, 15:37-15:58 UTC):
   on the wall clock beyond its CPU time. `devplace plan --run` still first runs a small zoo
   model under torchrun (`message_price`), but now fits the price per forward and backward
   pass at which the replay of that run's own CPU times takes its wall-clock step
-  (`torchrun.wall_price`): 0.56-2.09 ms per pass here (median 1.03), where the ranks' CPU
+  (`run_figures.wall_price`): 0.56-2.09 ms per pass here (median 1.03), where the ranks' CPU
   time outside their passes, which it priced before, is 0.26-0.68 ms. The rest is what the
   two findings below measure: waits of receives posted after their send, and the ranks
   interfering. Now 31 of the 48 forecasts are under the wall clock and 17 over. The three

@@ -58,7 +58,8 @@ def _load_avg() -> str:
 
 def measure(p, steps: int) -> dict[str, Any]:
     """Run plan ``p`` under torchrun with its schedule; the forecast and what the run measured."""
-    from devplace_lite.pipeline.torchrun import launch, replay_measured
+    from devplace_lite.pipeline.run_figures import replay_measured
+    from devplace_lite.pipeline.torchrun import launch
 
     sim = p.simulation()
     with tempfile.TemporaryDirectory(prefix="devplace-sched-") as tmp:
@@ -179,7 +180,7 @@ What this table changed (the table before it read forecast / wall median 10.1 %,
 32.4 %, 33 of 39 within 25 %; this one was run at load 1.0-2.0, 21:44-21:50 UTC):
 
 * **a message's price, not a pass's.** The wall price is now paid once per message a pass
-  exchanges with another rank (`simulate`'s ``message_ms``; `torchrun.wall_price` fits it the
+  exchanges with another rank (`simulate`'s ``message_ms``; `run_figures.wall_price` fits it the
   same way). A middle stage of interleaved 1F1B receives from one side and sends to the
   other, so each of its passes pays twice what a pass of a two-stage split pays; ZB-V hands
   its middle activations over inside a rank, which sends nothing, so its passes pay once, as

@@ -1,12 +1,17 @@
 """From a PyTorch model to a pipeline run: one road, one module per step.
 
-``capture -> planner -> torchrun``:
+``capture -> measure -> segments -> planner -> torchrun``:
 
+* `split_points` — where a stage may begin: the modules called once, at block or layer
+  granularity;
 * `capture` — the model (torch.export, else torch.fx with automatic leaf modules, through the
-  package's one fx tracer, `tracer.Tracer`) cut into segments at the modules where a stage
-  may begin, each measured in CPU time (CUDA events on a GPU, or a GPU's roofline);
-* `split` — the torch.fx route's splitter: stage modules, skip activations carried through
-  the stages in between;
+  package's one fx tracer, `tracer.Tracer`) cut into segments at those split points;
+* `torch_split` — torch's own pipeline split (``pipeline(..., split_policy=...)``) rewritten so
+  that torch's schedules run it at any split points;
+* `split` — devplace's splitter (the capture's other routes): stage modules, skip activations
+  carried through the stages in between;
+* `measure` — each segment's time in CPU time (CUDA events on a GPU, or a GPU's roofline), its
+  memory and the bytes it passes; `segments` — the measured segments as a placement graph;
 * `planner` — a pipeline of ``k`` ranks: the exact split among split points with its proven
   bound, the split with the least replayed step under any of torch's schedules
   (`devplace_lite.schedules`) and memory per rank, from the segments' costs (`costs`), with
@@ -15,8 +20,11 @@
   practitioners use (`baseline_splits.with_method`, `baseline_splits.even_split`) alike;
 * `calibration` — running a plan to measure it: the price of a message on this machine, which a
   plan for a run prices (`calibration.message_price`), and calibration (`calibration.calibrate`);
-* `torchrun` — the one runner: a plan's script under ``torchrun``, one process per rank, on
-  one machine or several, with per-stage CPU times, memory and an exactness check;
+* `torchrun` — the one launcher: a plan's script under ``torchrun``, one process per rank, on
+  one machine or several; `rank` — what each rank runs (its stages, the schedule, measured);
+  `activations` — the memory autograd keeps, and recomputation; `check` — outputs and
+  gradients against the unsplit model; `run_figures` — the ranks' figures gathered, the step
+  replayed from them;
 * `titan` — torchtitan's default split of a decoder LM, and a plan as torchtitan's job config
   (``devplace plan --emit torchtitan``);
 * `mesh_plan` — the one planner of a model (`mesh_plan.plan`): ``k`` pipeline ranks (`planner`),
@@ -42,11 +50,11 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "Capture": "capture", "Tracer": "tracer", "capture": "capture", "measure_segments": "capture",
-    "segment_graph": "capture", "Split": "split", "split_module": "split",
+    "Capture": "capture", "Tracer": "tracer", "capture": "capture", "measure_segments": "measure",
+    "segment_graph": "segments", "Split": "split", "split_module": "split",
     "PipelinePlan": "pipeline_plan", "plan": "mesh_plan", "plan_mesh": "mesh_plan", "plan_graph": "planner", "calibrate": "calibration",
     "with_method": "baseline_splits", "with_stages": "baseline_splits", "even_split": "baseline_splits", "segment_profile": "planner",
-    "launch": "torchrun", "ActivationMeter": "torchrun", "message_price": "calibration",
+    "launch": "torchrun", "ActivationMeter": "activations", "message_price": "calibration",
     "torchtitan_split": "titan", "job_config": "titan",
     "TensorParallelPlan": "tensor_parallel", "degree_costs": "tp_cost",
     "available_devices": "resources", "check_resources": "resources", "device_name": "resources",

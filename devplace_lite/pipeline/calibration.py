@@ -37,7 +37,7 @@ def message_price(device: str = "cpu", *, threads: int = 1, timeout: float = 300
     """Milliseconds a message costs the forward or backward pass that sends or receives it on
     this machine's wall clock, beyond the pass's own CPU time: `PROBE`'s plan run under
     torchrun here, and the price per message at which the replay of the run's CPU times takes
-    its median wall-clock step (`torchrun.wall_price`; every run reports its own as
+    its median wall-clock step (`run_figures.wall_price`; every run reports its own as
     ``action_wall_ms``), the median over ``PROBE["launches"]`` launches. It holds torch's
     schedule runtime (the ranks' CPU time outside their passes, ``action_overhead_ms``), the
     waits of messages whose receive is posted after the send (gloo moves the data once both

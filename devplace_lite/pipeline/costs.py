@@ -2,7 +2,7 @@
 
 Problem: the schedule search (`devplace_lite.schedules.search`) and its replay take, per segment,
 the forward, backward (torch's input- and weight-gradient passes) and the bytes a stage holds,
-and per cut the transfer both ways; the capture (`capture.segment_graph`) measured them as a
+and per cut the transfer both ways; the capture (`segments.segment_graph`) measured them as a
 graph. This module reads one into the other: parameters, gradients and optimizer state as each
 stage's static bytes, the activations autograd saves per micro-batch, what each cut moves.
 

@@ -78,7 +78,7 @@ def at_degree(graph: Graph, shares: dict[str, list[float]], t: int, link: float,
     Parameters
     ----------
     graph : Graph
-        A measured segment graph (`capture.segment_graph`).
+        A measured segment graph (`segments.segment_graph`).
     shares : dict
         `tp_cost.segment_shares` of its segments.
     t : int

@@ -133,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..schedules.simulate import SCHEDULES
     from ..zoo import load
     from .capture import tied_parameters, to_device, without_cache
-    from .torchrun import _example, _instrument, head, same_on_every_rank, stage_shapes
+    from .check import head
+    from .rank import _example, _instrument, same_on_every_rank, stage_shapes
 
     a = _args(argv)
     cuda = a.device == "cuda"
@@ -290,7 +291,7 @@ def _check(model: Any, inputs: tuple, target: Any, local: dict[str, Any], shards
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from .torchrun import _close, head
+    from .check import _close, head
 
     model.zero_grad(set_to_none=True)
     ref = head(model(*inputs))

@@ -418,7 +418,8 @@ def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool
     ``share`` of what the capture left (each segment timed once at least), said in the graph's
     notes. ``action_ms``: what a pass pays per message it exchanges (see `plan`), kept with the segments."""
     from .capture import capture as capture_model
-    from .capture import measure_segments, segment_graph
+    from .measure import measure_segments
+    from .segments import segment_graph
 
     if not (action_ms >= 0 and math.isfinite(action_ms)):
         raise UsageError(f"action_ms must be a finite number >= 0, got {action_ms}")

@@ -3,7 +3,7 @@
 The script holds the plan's split points (``SplitPoint.BEGINNING``), its schedule class and
 where each stage runs, says in its docstring how a rank builds its stages (torch's pipelining,
 or devplace's splitter over the exported graph or a torch.fx trace) and how to launch it, and
-calls `devplace_lite.pipeline.torchrun.main` on every rank. Writing it is part of planning: it
+calls `devplace_lite.pipeline.rank.main` on every rank. Writing it is part of planning: it
 does not import the runner.
 """
 
@@ -42,7 +42,7 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    from devplace_lite.pipeline.torchrun import main
+    from devplace_lite.pipeline.rank import main
 
     sys.exit(main(Path(__file__).with_name("plan.json"), SPLIT_SPEC))
 '''
@@ -97,7 +97,7 @@ _OWN = ("    split = {cut}(model, microbatch, SPLIT_SPEC)  # {how}, cut by devpl
 def write_script(path: str | Path, plan: Any) -> None:
     """Write the torchrun script of ``plan`` (a `PipelinePlan`) to ``path``, as every output is
     (`devplace_lite.files.write_atomic`): a mesh plan's (``plan.devices``) runs
-    `devplace_lite.pipeline.mesh_run` on every rank, a pipeline's `devplace_lite.pipeline.torchrun`."""
+    `devplace_lite.pipeline.mesh_run` on every rank, a pipeline's `devplace_lite.pipeline.rank`."""
     from ..schedules.simulate import SCHEDULES
 
     if plan.devices is not None:

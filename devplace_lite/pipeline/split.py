@@ -3,7 +3,7 @@
 This cuts for two of the capture's routes (`devplace_lite.pipeline.capture.fx_split`): the
 exported graph where torch's own outliner cuts it wrongly (rotary embeddings), and the torch.fx
 trace where torch.export cannot capture a model; it makes their segments, and the stages a
-torchrun rank builds (`devplace_lite.pipeline.torchrun`).
+torchrun rank builds (`devplace_lite.pipeline.rank`).
 
 Problem: given a model's fx graph and a stage index for its nodes (a chain of ideals: every
 edge goes from a stage to the same or a later one), build one module per stage such that

@@ -58,7 +58,7 @@ What a message costs
 --------------------
 On the wall clock a pass that sends or receives pays more than its compute: torch's runtime
 posts and waits for each message, and a receive posted after its send waits for the sender's
-side to move the data (`devplace_lite.pipeline.torchrun.wall_price` measures it). ``message_ms``
+side to move the data (`devplace_lite.pipeline.run_figures.wall_price` measures it). ``message_ms``
 prices that per message a pass exchanges with another rank: a stage's ``F``, ``B`` and ``I``
 each pay it once per neighbouring stage on another rank (``W`` exchanges none). A stage in the
 middle of a loop schedule sends and receives on both sides, so interleaved 1F1B over four
