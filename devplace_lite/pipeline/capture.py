@@ -61,6 +61,7 @@ from __future__ import annotations
 import collections
 import copy
 import linecache
+import logging
 import os
 import traceback
 from dataclasses import dataclass, field
@@ -157,7 +158,6 @@ def export_copy(model: nn.Module) -> nn.Module:
 
 
 def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str) -> Capture:
-    import logging
 
     from torch.distributed.pipelining import pipeline
 
@@ -457,12 +457,19 @@ def to_device(module: nn.Module, device: str | torch.device) -> nn.Module:
     torch.export records a device it saw when tracing as a constant (``torch.arange(t,
     device=ids.device)`` becomes ``arange(..., device=cpu)``), so a captured segment moved to a
     GPU by ``.to`` alone would still make those tensors on the CPU. torch's pipelining fixes its
-    own stages the same way (``build_stage``)."""
+    own stages the same way (``build_stage``). Its warning for each submodule it leaves alone
+    (a tensor-parallel ``nn.Linear`` among them, moved by ``.to`` already) is silenced."""
     from torch.distributed.pipelining._IR import _modify_graph_op_device
 
     module = module.to(device)
     if isinstance(module, fx.GraphModule):
-        _modify_graph_op_device(module, torch.device(device))
+        quiet = logging.getLogger("torch.distributed.pipelining")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            _modify_graph_op_device(module, torch.device(device))
+        finally:
+            quiet.setLevel(level)
     return module
 
 
