@@ -165,7 +165,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
                memory: float | None = None, optimizer: str = "none", method: str = "auto",
                time_limit: float | None = None, seed: int = 0, per_rank: int | None = None,
                recompute: str = "auto", started: float | None = None, least_ranks: int = 1) -> PipelinePlan:
-    """Plan from a measured segment graph (`devplace_lite.pipeline.capture.segment_graph`).
+    """Plan from a measured segment graph (`devplace_lite.pipeline.segments.segment_graph`).
 
     Two searches: the partitioning method's least bottleneck (``result``, certified by
     ``bound``: the cost model's slowest stage per micro-batch), then the split whose replayed
@@ -311,7 +311,7 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
         Where the segments are timed: one CPU thread (CPU time), or the GPU (CUDA events).
     spec : ``"V100"``, ``"A100"`` or ``"H100"``, optional
         Time the segments by that accelerator's roofline instead (FLOPs and bytes of every
-        kernel, `devplace_lite.pipeline.capture.measure_segments`), transfers over its host link:
+        kernel, `devplace_lite.pipeline.measure.measure_segments`), transfers over its host link:
         a deterministic plan for GPUs made anywhere.
     time_limit : float, optional
         Wall seconds for the whole call from ``started`` (a `time.monotonic` value, default
