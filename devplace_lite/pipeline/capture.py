@@ -153,6 +153,28 @@ def module_calls(model: nn.Module, inputs: Sequence[Any]) -> tuple[list[str], co
     return order, count
 
 
+def on_meta(model: nn.Module, example: Sequence[Any]) -> bool:
+    """Whether ``model`` or its example lives on the meta device (shapes without numbers: a model
+    too large for this machine, built under ``torch.device("meta")``).
+
+    >>> on_meta(nn.Linear(2, 2, device="meta"), ()), on_meta(nn.Linear(2, 2), (torch.zeros(1, 2),))
+    (True, False)
+    """
+    return any(t.is_meta for t in (*model.parameters(), *model.buffers(), *example) if isinstance(t, torch.Tensor))
+
+
+def meta_run(model: nn.Module, example: Sequence[Any]) -> contextlib.AbstractContextManager:
+    """Where ``model`` is on the meta device (`on_meta`), a context that runs it on fake tensors:
+    the same shapes and the same kernels, and a model's check of its values (Hugging Face's masks
+    ask whether a sequence is packed, which a meta tensor cannot answer) takes the branch it takes
+    under torch.export, as a fake tensor says it is being traced; elsewhere nothing."""
+    if not on_meta(model, example):
+        return contextlib.nullcontext()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
 def candidates(model: nn.Module, order: Sequence[str], count: collections.Counter,
                granularity: str = "block") -> list[str]:
     """Candidate split points in call order (see the module docstring)."""
@@ -642,7 +664,8 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
     first = [f"use_cache turned off in the config of {', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}: "
              "a pipeline stage sends tensors, not a key-value cache"] if changed else []
     try:
-        order, count = module_calls(model, example)
+        with meta_run(model, example):
+            order, count = module_calls(model, example)
     except Exception as e:  # noqa: BLE001 - the user's model failed on its own input
         from ..zoo.external import torchvision_mismatch
 
@@ -659,8 +682,9 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
         exported = not _export_failed(e)
     else:
         try:  # torch's stage modules can fail where the model runs (pytorch/pytorch#184361: rotary embeddings)
-            for _ in _run_in_order(cap, example):
-                pass
+            with meta_run(model, example):
+                for _ in _run_in_order(cap, example):
+                    pass
             cap.notes = first
             return cap
         except Exception as e:  # noqa: BLE001 - a stage module torch built does not run: the fx route may
@@ -671,8 +695,9 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
     if exported:  # the export is sound, torch's cut of it is not: cut the exported graph ourselves
         try:
             cap = _capture_export_split(model, example, cands, granularity)
-            for _ in _run_in_order(cap, example):
-                pass
+            with meta_run(model, example):
+                for _ in _run_in_order(cap, example):
+                    pass
         except Exception as e:  # noqa: BLE001 - our splitter refuses (GraphError) or a stage fails to run
             where = _where(_user_frame(e))
             why += (f"; devplace's split of the exported graph fails{' at ' + where if where else ''} "
@@ -1059,7 +1084,11 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
         if device != "cpu":
             raise UsageError("a roofline spec counts kernels on the CPU: leave device at cpu")
         clock, repeats, warmup = _roofline_clock(SPECS[str(spec).upper()]), 1, 0
-    example = tuple(t.to(device) for t in cap.example)
+    meta = meta_run(cap.model, cap.example)
+    if spec is None and not isinstance(meta, contextlib.nullcontext):
+        raise UsageError("the model is on the meta device: it has shapes but no numbers to time; give a roofline "
+                         "spec (--spec H100) to price its kernels")
+    example = tuple(t if t.is_meta else t.to(device) for t in cap.example)
     if device != "cpu":
         cap.modules = [to_device(m, device) for m in cap.modules]
     before = torch.get_num_threads()
@@ -1071,6 +1100,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
     calls: list[tuple[nn.Module, list[Any], list[bool]]] = []
     try:
+        meta.__enter__()
         for i, m, args, src in _run_in_order(cap, example):
             ps = list(m.parameters())
             params[i] = (sum(p.numel() * p.element_size() for p in ps)
@@ -1109,6 +1139,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             if r >= warmup:
                 rounds.append(got)
     finally:
+        meta.__exit__(None, None, None)
         torch.set_num_threads(before)
     fwd, bin_, bwd, wgt = (_round_estimate([[t[k] or 0.0 for t in rd[:n]] for rd in rounds]) for k in range(4))
     # no input takes a gradient: torch's input pass does nothing there and its weight pass is the whole backward
