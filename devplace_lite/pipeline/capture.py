@@ -776,7 +776,11 @@ class _Saved:
 
     @staticmethod
     def _key(t: torch.Tensor) -> tuple:
-        return t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)
+        from torch._subclasses.fake_tensor import is_fake
+
+        storage = t.untyped_storage()
+        # a meta or fake tensor's data pointer is 0 for all of them: its storage tells them apart
+        return (storage._cdata if t.is_meta or is_fake(t) else storage.data_ptr()), t.storage_offset(), tuple(t.shape)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         key = self._key(t)
@@ -860,6 +864,43 @@ def _run_in_order(cap: Capture, example: tuple):
                     args.append(v if s[2] is None else v[s[2]])
             yield i, cap.modules[i], args, src
             outs[i] = cap.modules[i](*args)
+
+
+def _signature(m: nn.Module, args: Sequence[Any], grad: Sequence[bool]) -> str | None:
+    """What a roofline sees of segment ``m`` on ``args``: its graph's operators and wiring, the
+    shapes, dtypes and trainability of its parameters and constants, and its inputs' shapes,
+    strides, dtypes and gradients; None where it cannot say (a module called inside that is
+    not devplace's own gradient guard, a segment that is not a graph). Two segments with one
+    signature launch the same kernels with the same FLOPs and bytes and save the same tensors,
+    whatever their names and values: the repeated layers of a decoder are priced once."""
+    from .split import _GRAD_GUARD
+
+    if not isinstance(m, fx.GraphModule):
+        return None
+    index: dict[fx.Node, int] = {}
+    rows = []
+    for k, n in enumerate(m.graph.nodes):
+        index[n] = k
+        target: Any = n.target
+        if n.op == "placeholder":
+            target = None
+        elif n.op == "get_attr":
+            v = m
+            for part in str(n.target).split("."):
+                v = getattr(v, part)
+            target = ((tuple(v.shape), tuple(v.stride()), v.dtype, v.requires_grad) if isinstance(v, torch.Tensor)
+                      else repr(v))
+        elif n.op == "call_module":
+            if not str(n.target).startswith(_GRAD_GUARD):
+                return None
+            sub = m.get_submodule(str(n.target))
+            target = type(sub).__qualname__
+            if any(True for _ in sub.parameters()) or any(True for _ in sub.buffers()):
+                return None
+        rows.append((n.op, target, fx.node.map_arg((n.args, n.kwargs), lambda a: index[a])))
+    ins = [(tuple(a.shape), tuple(a.stride()), a.dtype, g) if isinstance(a, torch.Tensor) else repr(a)
+           for a, g in zip(args, grad)]
+    return repr((rows, ins))
 
 
 def _cpu_ms(fn) -> float:
@@ -1099,6 +1140,8 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     saves_out: list[list[int]] = [[] for _ in range(n)]
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
     calls: list[tuple[nn.Module, list[Any], list[bool]]] = []
+    first_of: dict[str, int] = {}  # a segment's signature -> the first segment with it (`_signature`)
+    same: dict[int, int] = {}  # a repeated segment -> that first segment
     try:
         meta.__enter__()
         for i, m, args, src in _run_in_order(cap, example):
@@ -1108,6 +1151,16 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             grads[i] = sum(p.numel() * p.element_size() for p in ps if p.requires_grad)
             inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
                           isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
+            calls.append((m, _model_layout(m, args, cap.layouts), _grads(src)))
+            # a roofline prices a segment by its signature alone: a repeat's figures are its first's
+            sig = _signature(m, [*args, *calls[-1][1]], _grads(src) * 2) if spec is not None else None
+            if sig is not None and sig in first_of:
+                j = first_of[sig]
+                acts[i], saves_in[i], saves_out[i], outb[i] = acts[j], saves_in[j], saves_out[j], outb[j]
+                same[i] = j
+                continue
+            if sig is not None:
+                first_of[sig] = i
             meter = _Saved({id(p) for p in ps})
             with _torch_fails(f"segment {cap.names[i]}", device):
                 out = _timed_pass(m, args, _grads(src), training, clock, meter)[4]
@@ -1115,7 +1168,6 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             if training:
                 saves_in[i], saves_out[i] = meter.inputs, meter.outputs
             outb[i] = _bytes(out)
-            calls.append((m, _model_layout(m, args, cap.layouts), _grads(src)))
         # a roofline prices kernels, and the boundaries' copies are kernels a stage runs too
         whole = None
         if spec is None and n > 1 and (cap.wiring is not None or cap.traced is not None):
@@ -1131,9 +1183,12 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                 break
             if late and r < warmup:
                 continue
-            got = []
-            for label, (m, args, grad) in zip([f"segment {nm}" for nm in cap.names] + ["the whole model"],
-                                              calls + ([whole] if whole else [])):
+            got: list[tuple] = []
+            for k, (label, (m, args, grad)) in enumerate(zip([f"segment {nm}" for nm in cap.names] + ["the whole model"],
+                                                             calls + ([whole] if whole else []))):
+                if k in same:
+                    got.append(got[same[k]])
+                    continue
                 with _torch_fails(label, device):
                     got.append(_timed_pass(m, args, grad, training, clock)[:4])
             if r >= warmup:
