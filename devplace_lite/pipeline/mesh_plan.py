@@ -354,10 +354,7 @@ def plan_devices(model: Any, example_inputs: Sequence[Any], *, devices: int, mic
     """
     import torch
 
-    from .capture import exported_graph, without_cache
-    from .planner import indivisible, segment_profile
-    from .tensor_parallel import find
-    from .tp_cost import segment_shares
+    from .planner import indivisible
 
     inputs = tuple(example_inputs)
     if not inputs or not all(isinstance(t, torch.Tensor) and t.dim() for t in inputs):
@@ -373,20 +370,13 @@ def plan_devices(model: Any, example_inputs: Sequence[Any], *, devices: int, mic
     if schedule != "auto" and schedule not in SCHEDULES:
         raise UsageError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}, auto")
     started = time.monotonic() if started is None else started
-    budget = solve.Budget(time_limit, started)
-    without_cache(model)
-    graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
-                                          model_spec, device, spec, budget=budget, action_ms=action_ms)
-    t0 = time.monotonic()
-    # a batch of one hides the batch dimension among size-one dimensions (`tensor_parallel`)
-    rows = min(batch, 2)
-    gm = exported_graph(model, tuple(t[:rows] for t in inputs))
-    tpp = find(gm)
-    shares = segment_shares(model, gm, tpp, graph.meta["segments"]["names"], scale=batch / microbatches / rows)
+    graph, shares, tpp, cap, seconds = mesh_profile(
+        model, inputs, microbatches=microbatches, training=training, granularity=granularity, repeats=repeats,
+        warmup=warmup, model_spec=model_spec, device=device, spec=spec, action_ms=action_ms,
+        budget=solve.Budget(time_limit, started))
     if tp is not None and tpp.why_not(tp):
         raise UsageError(f"--tp {tp}: {tpp.why_not(tp)}")
     degrees = [t for t in tpp.degrees() if devices % t == 0]
-    seconds["tensor_parallel"] = time.monotonic() - t0
     p = plan_mesh(graph, shares, devices=devices, degrees=degrees, microbatches=microbatches, batch=batch,
                   schedules=list(SCHEDULES) if schedule == "auto" else [schedule], memory=memory,
                   optimizer=optimizer, recompute=recompute, spec=spec, time_limit=time_limit, started=started,
@@ -397,3 +387,49 @@ def plan_devices(model: Any, example_inputs: Sequence[Any], *, devices: int, mic
                    f"{tpp.degrees()} split them all" + (f"; refused: {tpp.refused[0][1]}" if tpp.refused else ""))
     p.seconds = {**seconds, **p.seconds, "total": time.monotonic() - started}
     return p
+
+
+def mesh_profile(model: Any, inputs: tuple, *, microbatches: int, training: bool = True, granularity: str = "block",
+                 repeats: int = 5, warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
+                 spec: str | None = None, action_ms: float = 0.0, budget: solve.Budget | None = None):
+    """What `plan_mesh` plans from, measured once for any number of meshes: the model's segment
+    graph on one micro-batch (`planner.segment_profile`), its column-then-row groups
+    (`tensor_parallel.find` on the exported graph) and each segment's share of them
+    (`tp_cost.segment_shares`).
+
+    Parameters
+    ----------
+    model, inputs : the model and one step's whole batch (tensors with a batch dimension).
+    microbatches : int
+        Micro-batches of the step (the profile runs one).
+    training, granularity, repeats, warmup, model_spec, device, spec, action_ms : as `planner.plan`.
+    budget : solve.Budget, optional
+        The call's time limit (the measurement's repeats stop short of it).
+
+    Returns
+    -------
+    tuple
+        ``(graph, shares, TensorParallelPlan, Capture, seconds)``.
+
+    Raises
+    ------
+    GraphError
+        A model torch.export does not capture.
+    """
+    from .capture import exported_graph, without_cache
+    from .planner import segment_profile
+    from .tensor_parallel import find
+    from .tp_cost import segment_shares
+
+    batch = int(inputs[0].shape[0])
+    without_cache(model)
+    graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
+                                          model_spec, device, spec, budget=budget, action_ms=action_ms)
+    t0 = time.monotonic()
+    # a batch of one hides the batch dimension among size-one dimensions (`tensor_parallel`)
+    rows = min(batch, 2)
+    gm = exported_graph(model, tuple(t[:rows] for t in inputs))
+    tpp = find(gm)
+    shares = segment_shares(model, gm, tpp, graph.meta["segments"]["names"], scale=batch / microbatches / rows)
+    seconds["tensor_parallel"] = time.monotonic() - t0
+    return graph, shares, tpp, cap, seconds

@@ -84,8 +84,10 @@ from ..schedules.simulate import action_order, stage_to_rank, stages_per_rank
 SCHEDULES = tuple(_SCHEDULES)
 #: Micro-batches per step when none are asked (fewer when they do not divide the batch: `default_microbatches`).
 MICROBATCHES = 4
-#: Optimizer state per parameter byte: SGD with momentum keeps one buffer, Adam two.
-OPTIMIZERS = {"none": 0, "sgd": 1, "adam": 2}
+#: Optimizer state per parameter byte: SGD with momentum keeps one buffer, Adam two; mixed-precision
+#: Adam on 16-bit parameters keeps an fp32 master copy and two fp32 moments, 12 bytes per 2
+#: (Rajbhandari et al., ZeRO, 2020: 16 bytes per parameter with the weight and its gradient).
+OPTIMIZERS = {"none": 0, "sgd": 1, "adam": 2, "mixed-adam": 6}
 #: The exact DP is chosen when the chain graph has at most this many ideals.
 DP_IDEALS = 200_000
 #: Below this many ideals the DP runs without a time limit: it takes milliseconds, and a limit
@@ -648,8 +650,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int | None = None, mic
     recompute : ``"auto"`` or ``"never"``
         ``"auto"``: where a split exceeds ``memory``, stages may recompute their activations in
         their backward (chosen with the split; the plan's ``recompute`` says which).
-    optimizer : ``"none"``, ``"sgd"`` or ``"adam"``
-        Optimizer state counted in memory (per parameter byte: 0, 1, 2).
+    optimizer : ``"none"``, ``"sgd"``, ``"adam"`` or ``"mixed-adam"``
+        Optimizer state counted in memory (per parameter byte: 0, 1, 2, 6: `OPTIMIZERS`).
     method : str
         ``"auto"`` (the exact DP when the ideals fit) or a name of `devplace_lite.methods.PARTITION`.
     device : ``"cpu"`` or ``"cuda"``
