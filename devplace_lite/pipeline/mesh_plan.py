@@ -242,19 +242,33 @@ def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, deg
                          + "".join(f", {k} = {v}" for k, v in fixed.items())
                          + "; give --microbatches a multiple of the data degree, other fixed degrees, or another "
                          "--devices")
-    from ..schedules.search import search
+    from ..schedules.search import quick_bound, search
 
     tp_link, dp_link = _links(graph, spec)
     message = float(graph.meta["segments"].get("action_ms") or 0.0)
     graphs: dict[int, Graph] = {}
+    for t in sorted({sh.tp for sh in todo}):
+        graphs[t] = at_degree(graph, shares, t, tp_link(t), message)
+
+    def least_allreduce(sh: Shape) -> float:  # the least a stage of the shape can hold (see the module)
+        grads = graphs[sh.tp].meta["segments"]["grad_bytes"] if graph.is_training else [0.0] * n
+        return dp_allreduce_ms(max(sum(grads) / sh.pp, max(grads)), sh.dp, dp_link(sh.dp * sh.pp * sh.tp), message)
+
+    # each shape's bound without a search; searched in bound order, a shape whose bound reaches
+    # the best step found is skipped: no split of it can do better (status "bounded")
+    quick = {sh: quick_bound(segment_costs(graphs[sh.tp], optimizer, microbatches // sh.dp), sh.schedule, sh.pp,
+                             microbatches // sh.dp, graph.is_training) + least_allreduce(sh) for sh in todo}
+    todo.sort(key=lambda sh: quick[sh])
     rows: list[dict[str, Any]] = []
+    incumbent = math.inf
     for i, sh in enumerate(todo):
         left = budget.left()
         if left is not None and left <= 0:
             rows += [{**_shape(s), "status": "not tried"} for s in todo[i:]]
             break
-        if sh.tp not in graphs:
-            graphs[sh.tp] = at_degree(graph, shares, sh.tp, tp_link(sh.tp), message)
+        if quick[sh] >= incumbent:
+            rows.append({**_shape(sh), "status": "bounded", "bound_ms": quick[sh]})
+            continue
         g = graphs[sh.tp]
         costs = segment_costs(g, optimizer, microbatches // sh.dp)
         share = STEP_SECONDS if left is None else max(left / (len(todo) - i), solve.MIN_SLICE)
@@ -272,12 +286,12 @@ def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, deg
             held = _sums(grads, [ranks[s] for s in found.stage_of])
             link = dp_link(sh.dp * sh.pp * sh.tp)
             ar = dp_allreduce_ms(max(held), sh.dp, link, message)
-            least = max(sum(grads) / sh.pp, max(grads))
             row.update(replay_ms=found.step_ms, allreduce_ms=ar, step_ms=found.step_ms + ar,
-                       bound_ms=found.bound_ms + dp_allreduce_ms(least, sh.dp, link, message),
+                       bound_ms=max(found.bound_ms + least_allreduce(sh), quick[sh]),
                        samples_per_s=1e3 * batch / (found.step_ms + ar) if found.step_ms + ar > 0 else math.inf)
+            incumbent = min(incumbent, row["step_ms"])
         elif found.status != "infeasible":
-            row["bound_ms"] = found.bound_ms
+            row["bound_ms"] = max(found.bound_ms + least_allreduce(sh), quick[sh])
         rows.append(row)
     done = [r for r in rows if "step_ms" in r]
     if not done:
