@@ -119,8 +119,9 @@ def _row(p: Any, run: dict[str, Any]) -> dict[str, Any]:
             "recompute": sum(bool(r) for r in (p.recompute or []))}
 
 
-def measure(names: list[str] | None = None) -> dict[str, Any]:
-    """Plan every run (or those named) and fit and judge the efficiency model."""
+def measure(names: list[str] | None = None, free_seconds: float | None = None) -> dict[str, Any]:
+    """Plan every run (or those named) and fit and judge the efficiency model; the free plan's
+    search stops after ``free_seconds`` of wall time (its status says so)."""
     import torch
 
     from devplace_lite.pipeline.mesh_plan import mesh_profile, plan_mesh
@@ -147,7 +148,8 @@ def measure(names: list[str] | None = None) -> dict[str, Any]:
             fixed = plan_mesh(graph, shares, degrees=[run["tp"]], fixed={"dp": dp, "pp": run["pp"], "tp": run["tp"]},
                               **common)
             c2 = _cpu()
-            free = plan_mesh(graph, shares, degrees=[t for t in tpp.degrees() if run["gpus"] % t == 0], **common)
+            free = plan_mesh(graph, shares, degrees=[t for t in tpp.degrees() if run["gpus"] % t == 0],
+                             time_limit=free_seconds, **common)
             c3 = _cpu()
             published = run["tflops"] * 1e12 / flops_per_token(run, params)
             out.append({**{k: v for k, v in run.items()}, "dp": dp, "params": params,
@@ -206,9 +208,11 @@ def table(res: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", help="run names (default: all)")
+    ap.add_argument("--free-seconds", type=float, default=None,
+                    help="wall seconds for each free plan's search over mesh shapes (default: no limit)")
     args = ap.parse_args(argv)
     t0 = time.time()
-    res = measure(args.only)
+    res = measure(args.only, args.free_seconds)
     res["cpu_s"], res["wall_s"] = _cpu(), time.time() - t0
     (HERE / "results.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     readme = HERE / "README.md"
