@@ -98,7 +98,7 @@ def flops_per_token(run: dict[str, Any], params: float) -> float:
     """The FLOPs a paper counts per token (see the module docstring).
 
     >>> round(flops_per_token({"flops": "megatron", "seq": 2048, "model": "gpt-1.7b"}, 0) / 1e9, 2)
-    14.13
+    14.75
     """
     m = MODELS[run["model"]]
     s, l, h, v = run["seq"], m["layers"], m["hidden"], m["vocab"]
@@ -124,6 +124,7 @@ def measure(names: list[str] | None = None, free_seconds: float | None = None) -
     search stops after ``free_seconds`` of wall time (its status says so)."""
     import torch
 
+    from devplace_lite.errors import GraphError
     from devplace_lite.pipeline.mesh_plan import mesh_profile, plan_mesh
     from devplace_lite.zoo.external import meta_lm
 
@@ -145,15 +146,23 @@ def measure(names: list[str] | None = None, free_seconds: float | None = None) -
             common = dict(devices=run["gpus"], microbatches=batch, batch=batch, schedules=["1f1b"], memory=MEMORY,
                           optimizer="mixed-adam", spec=gpu)
             c1 = _cpu()
+            # the published configuration ran, so it fits: it is forecast without the memory cap,
+            # which the cost model's memory (activations whole under tensor parallelism, eager
+            # attention's saved scores, recomputation per stage) may refuse (`fits` says whether)
             fixed = plan_mesh(graph, shares, degrees=[run["tp"]], fixed={"dp": dp, "pp": run["pp"], "tp": run["tp"]},
-                              **common)
+                              **{**common, "memory": None})
+            fits = max(m["peak"] for m in fixed.stage_memory()) <= MEMORY
             c2 = _cpu()
-            free = plan_mesh(graph, shares, degrees=[t for t in tpp.degrees() if run["gpus"] % t == 0],
-                             time_limit=free_seconds, **common)
+            try:
+                free = plan_mesh(graph, shares, degrees=[t for t in tpp.degrees() if run["gpus"] % t == 0],
+                                 time_limit=free_seconds, **common)
+            except GraphError as e:  # no shape fits the memory under the cost model
+                free, why = None, str(e)
             c3 = _cpu()
             published = run["tflops"] * 1e12 / flops_per_token(run, params)
             out.append({**{k: v for k, v in run.items()}, "dp": dp, "params": params,
-                        "published_tokens_per_gpu_s": published, "fixed": _row(fixed, run), "free": _row(free, run),
+                        "published_tokens_per_gpu_s": published, "fixed": _row(fixed, run), "fits_memory_model": fits,
+                        "free": _row(free, run) if free is not None else {"status": "none fits", "why": why},
                         "cpu_s": {"profile": profile_cpu if run is group[0] else 0.0, "fixed": c2 - c1,
                                   "free": c3 - c2},
                         "shapes_tried": len(free.mesh["tried"])})
@@ -182,7 +191,8 @@ def judge(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in rows:
         e = eta.get(r["gpu"])
         r["forecast_tokens_per_gpu_s"] = None if e is None else e * r["fixed"]["tokens_per_gpu_s"]
-        r["free_forecast_tokens_per_gpu_s"] = None if e is None else e * r["free"]["tokens_per_gpu_s"]
+        free = r["free"].get("tokens_per_gpu_s")
+        r["free_forecast_tokens_per_gpu_s"] = None if e is None or free is None else e * free
         r["error"] = None if e is None else r["forecast_tokens_per_gpu_s"] / r["published_tokens_per_gpu_s"] - 1
         r["peak_error"] = r["fixed"]["tokens_per_gpu_s"] / r["published_tokens_per_gpu_s"] - 1
     held = [abs(r["error"]) for r in rows if r["role"] == "held-out" and r["error"] is not None]
@@ -193,16 +203,27 @@ def judge(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def table(res: dict[str, Any]) -> str:
     """The README's table (markdown)."""
     lines = ["| run | role | GPUs | published dp x pp x tp | published tok/s/GPU | forecast (eta x roofline) | "
-             "error | roofline at peak | plan's own dp x pp x tp | its forecast |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "error | roofline at peak | fits the memory model | plan's own dp x pp x tp (80 GB) | its forecast |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
         f, fr = r["fixed"], r["free"]
         fc = r["forecast_tokens_per_gpu_s"]
         lines.append(f"| {r['run']} | {r['role']} | {r['gpus']} {r['gpu']} | {r['dp']} x {r['pp']} x {r['tp']} | "
-                     f"{r['published_tokens_per_gpu_s']:.0f} | {fc:.0f} | {r['error'] * 100:+.1f} % | "
-                     f"{f['tokens_per_gpu_s']:.0f} | {fr['dp']} x {fr['pp']} x {fr['tp']} ({fr['status']}) | "
-                     f"{r['free_forecast_tokens_per_gpu_s']:.0f} |")
+                     f"{r['published_tokens_per_gpu_s']:.0f} | {_num(fc)} | {_pct(r['error'])} | "
+                     f"{f['tokens_per_gpu_s']:.0f} | {'yes' if r['fits_memory_model'] else 'no'} | {_mesh(fr)} | {_num(r['free_forecast_tokens_per_gpu_s'])} |")
     return "\n".join(lines)
+
+
+def _mesh(row: dict[str, Any]) -> str:
+    return f"{row['dp']} x {row['pp']} x {row['tp']} ({row['status']})" if "dp" in row else row["status"]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f} %"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
 
 
 def main(argv: list[str] | None = None) -> None:
