@@ -29,12 +29,17 @@ link, the host's.
 Exactness: for each mesh shape and schedule, the split and its recomputation flags are the
 schedule search's (`devplace_lite.schedules.search`: the least replayed step, proven by
 enumeration, else its bound). The all-reduce term is the split's own, bounded below by its
-value for the least a stage can hold (``max(G / pp, the largest segment's G)``). The plan is
-``optimal`` when its step is at most every shape's bound, else ``feasible`` with its gap to
-the least bound (``time_limit`` when the limit left shapes unsearched).
+value for the least a stage can hold (``max(G / pp, the largest segment's G)``). Before any
+search each shape gets a bound that needs none (`schedules.search.quick_bound`: the busiest
+rank's least work, plus that least all-reduce); shapes are searched in that bound's order and
+one whose bound reaches the best step found is not searched (status ``bounded``: proven no
+better). The plan is ``optimal`` when its step is at most every shape's bound, else
+``feasible`` with its gap to the least bound (``time_limit`` when the limit left shapes
+unsearched).
 
-Complexity: one schedule search per mesh shape and schedule, ``O(d(N)^2)`` shapes for ``N`` with
-``d(N)`` divisors; the capture and the measurement once.
+Complexity: at most one schedule search per mesh shape and schedule, ``O(d(N)^2)`` shapes for
+``N`` with ``d(N)`` divisors, plus ``O(n)`` per shape for its bound; the capture and the
+measurement once (on a roofline, segments of one signature priced once: `capture._signature`).
 
 Reference: Narayanan et al., "Efficient large-scale language model training on GPU clusters
 using Megatron-LM", SC 2021 (the uniform dp x tp x pp mesh); Tarnawski et al., "Piper:
