@@ -21,7 +21,7 @@ How
    after a sound export: torch's outliner cuts a module whose operators are not contiguous
    (the rotary embedding of Llama-style decoders, computed once and read by every layer) into
    stages that ask for values nobody passes ("Expected positional argument",
-   pytorch/pytorch#184361). The model is exported again (`exported_graph`: ``ep.module()``,
+   pytorch/pytorch#184361). Route 1's export is cut again (`exported_graph`: ``ep.module()``,
    whose nodes keep ``nn_module_stack`` and whose parameters keep their FQNs) and cut at the
    same candidates by `devplace_lite.pipeline.split` (`export_split`), which carries values
    read later (the rotary cosines and sines) through the stages in between; a tied weight is
@@ -59,6 +59,7 @@ Example
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import linecache
 import logging
@@ -157,9 +158,45 @@ def export_copy(model: nn.Module) -> nn.Module:
     return out
 
 
-def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str) -> Capture:
+def on_meta(model: nn.Module, example: Sequence[Any]) -> bool:
+    """Whether ``model`` or its example lives on the meta device (shapes without numbers: a model
+    too large for this machine, built under ``torch.device("meta")``).
+
+    >>> on_meta(nn.Linear(2, 2, device="meta"), ()), on_meta(nn.Linear(2, 2), (torch.zeros(1, 2),))
+    (True, False)
+    """
+    return any(t.is_meta for t in (*model.parameters(), *model.buffers(), *example) if isinstance(t, torch.Tensor))
+
+
+def meta_run(model: nn.Module, example: Sequence[Any]) -> contextlib.AbstractContextManager:
+    """Where ``model`` is on the meta device (`on_meta`), a context that runs it on fake tensors:
+    the same shapes and the same kernels, and a model's check of its values (Hugging Face's masks
+    ask whether a sequence is packed, which a meta tensor cannot answer) takes the branch it takes
+    under torch.export, as a fake tensor says it is being traced; elsewhere nothing."""
+    if not on_meta(model, example):
+        return contextlib.nullcontext()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def _export_once(model: nn.Module, example: tuple, memo: dict[str, Any]) -> tuple[nn.Module, Any]:
+    """``(copy of model, its ExportedProgram)``, exported on the first call with ``memo`` and
+    kept there: the capture's two export routes cut one export (a 70B decoder's takes most of a
+    capture), which is what each would have exported, deterministically."""
+    if "ep" not in memo:
+        copy_ = export_copy(model)
+        with known_warnings_filtered():
+            memo["ep"] = (copy_, torch.export.export(copy_, example))
+    return memo["ep"]
+
+
+def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str,
+                    memo: dict[str, Any]) -> Capture:
+    from unittest import mock
 
     from torch.distributed.pipelining import pipeline
+    from torch.distributed.pipelining._IR import Pipe
 
     names: list[str] = []
     layouts: dict[str, tuple[int, ...]] = {}
@@ -167,8 +204,10 @@ def _capture_export(model: nn.Module, example: tuple, cands: Sequence[str], gran
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # it logs every parameter shared by two stages at INFO
     try:
-        with known_warnings_filtered():
-            pipe = pipeline(export_copy(model), example, split_policy=split_policy(cands, names, layouts))
+        copy_, ep = _export_once(model, example, memo)
+        # torch's pipeline exports the module it is given, as `_export_once` did: hand it that export
+        with known_warnings_filtered(), mock.patch.object(Pipe, "_trace_with_export", lambda *_a, **_k: ep):
+            pipe = pipeline(copy_, example, split_policy=split_policy(cands, names, layouts))
     finally:
         quiet.setLevel(level)
     modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
@@ -200,15 +239,17 @@ def tied_parameters(model: nn.Module, stages: Sequence[nn.Module]) -> dict[str, 
 HOW_EXPORT, HOW_EXPORT_SPLIT, HOW_FX = "torch.export", "torch.export+devplace split", "torch.fx"
 
 
-def exported_graph(model: nn.Module, example: tuple) -> fx.GraphModule:
+def exported_graph(model: nn.Module, example: tuple, ep: Any = None) -> fx.GraphModule:
     """``model`` exported once with torch.export (non-strict, as torch's pipelining exports it)
     as one fx graph to cut: ``ExportedProgram.module()``, whose nodes keep ``nn_module_stack``
     and whose parameters keep their FQNs, taking the example's tensors positionally and
     returning what the model returns (export's pytree wrapping of inputs and outputs removed,
     so that a stage cut from it is a plain module), without dead code (an unused buffer's
-    read). Deterministic: every torchrun rank exports its own copy and gets the same nodes."""
-    with known_warnings_filtered():
-        ep = torch.export.export(export_copy(model), example)
+    read). Deterministic: every torchrun rank exports its own copy and gets the same nodes.
+    ``ep``: the model's ExportedProgram on ``example`` where one is at hand (`_export_once`)."""
+    if ep is None:
+        with known_warnings_filtered():
+            ep = torch.export.export(export_copy(model), example)
     gm = ep.module(check_guards=False)
     codegen = gm.graph._codegen
     out_spec = getattr(getattr(codegen, "pytree_info", None), "out_spec", None)
@@ -238,19 +279,20 @@ def _plain_output(flat: list[Any], spec: Any) -> Any:
     return tree if plain(tree) else tuple(flat)
 
 
-def export_split(model: nn.Module, example: tuple, points: Sequence[str]):
+def export_split(model: nn.Module, example: tuple, points: Sequence[str], ep: Any = None):
     """The model's exported graph (`exported_graph`) cut by devplace's splitter at the module
     FQNs ``points``, tied parameters replicated into every stage that reads them (their
     gradients summed by the run, as on torch's pipelining route): ``(Split, names of the
     stages' split points, the uncut graph)``. What the capture's second route does, and what
     each torchrun rank does again to build its stages."""
-    gm = exported_graph(model, example)
+    gm = exported_graph(model, example, ep)
     sp, names = fx_split(gm, example, points, replicate_parameters=True)
     return sp, names, gm
 
 
-def _capture_export_split(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str) -> Capture:
-    sp, names, gm = export_split(model, example, cands)
+def _capture_export_split(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str,
+                          memo: dict[str, Any]) -> Capture:
+    sp, names, gm = export_split(model, example, cands, _export_once(model, example, memo)[1])
     modules = list(sp.stages)
     return Capture(model=model, example=example, how=HOW_EXPORT_SPLIT, names=names, modules=modules,
                    wiring=None, granularity=granularity, tied=tied_parameters(model, modules), traced=gm)
@@ -375,7 +417,8 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
     first = [f"use_cache turned off in the config of {', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}: "
              "a pipeline stage sends tensors, not a key-value cache"] if changed else []
     try:
-        order, count = module_calls(model, example)
+        with meta_run(model, example):
+            order, count = module_calls(model, example)
     except Exception as e:  # noqa: BLE001 - the user's model failed on its own input
         from ..zoo.external import torchvision_mismatch
 
@@ -384,16 +427,18 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
                          f"{torchvision_mismatch(e) or _reason(e)}") from None
     cands = candidates(model, order, count, granularity)
     exported = True  # whether torch.export itself captured the model (torch's outliner may still fail)
+    memo: dict[str, Any] = {}  # the one export both export routes cut (`_export_once`)
     try:
-        cap = _capture_export(model, example, cands, granularity)
+        cap = _capture_export(model, example, cands, granularity, memo)
     except Exception as e:  # noqa: BLE001 - export raises many kinds; we fall back and say why
         where = _where(_user_frame(e))
         why = f"torch.export fails{' at ' + where if where else ''} ({_construct(_reason(e.__cause__ or e))})"
         exported = not _export_failed(e)
     else:
         try:  # torch's stage modules can fail where the model runs (pytorch/pytorch#184361: rotary embeddings)
-            for _ in _run_in_order(cap, example):
-                pass
+            with meta_run(model, example):
+                for _ in _run_in_order(cap, example):
+                    pass
             cap.notes = first
             return cap
         except Exception as e:  # noqa: BLE001 - a stage module torch built does not run: the fx route may
@@ -403,9 +448,10 @@ def capture(model: nn.Module, example: Sequence[Any], granularity: str = "block"
                         "models among them: pytorch/pytorch#184361")
     if exported:  # the export is sound, torch's cut of it is not: cut the exported graph ourselves
         try:
-            cap = _capture_export_split(model, example, cands, granularity)
-            for _ in _run_in_order(cap, example):
-                pass
+            cap = _capture_export_split(model, example, cands, granularity, memo)
+            with meta_run(model, example):
+                for _ in _run_in_order(cap, example):
+                    pass
         except Exception as e:  # noqa: BLE001 - our splitter refuses (GraphError) or a stage fails to run
             where = _where(_user_frame(e))
             why += (f"; devplace's split of the exported graph fails{' at ' + where if where else ''} "

@@ -14,8 +14,10 @@ from __future__ import annotations
 from ..graph import Graph
 from ..schedules.search import SegmentCosts
 
-#: Optimizer state per parameter byte: SGD with momentum keeps one buffer, Adam two.
-OPTIMIZERS = {"none": 0, "sgd": 1, "adam": 2}
+#: Optimizer state per parameter byte: SGD with momentum keeps one buffer, Adam two; mixed-precision
+#: Adam on 16-bit parameters keeps an fp32 master copy and two fp32 moments, 12 bytes per 2
+#: (Rajbhandari et al., ZeRO, 2020: 16 bytes per parameter with the weight and its gradient).
+OPTIMIZERS = {"none": 0, "sgd": 1, "adam": 2, "mixed-adam": 6}
 
 
 def in_flight(schedule: str, microbatches: int, stages: int, stage: int, training: bool) -> int:

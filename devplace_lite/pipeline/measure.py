@@ -70,7 +70,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from ..errors import GraphError, UsageError
-from .capture import Capture, _run_in_order, export_copy, to_device
+from .capture import Capture, _run_in_order, export_copy, meta_run, to_device
 from .profile import ACC_KERNEL_OVERHEAD_MS, KernelLog, roofline_ms
 from .torch_split import known_warnings_filtered, split_policy
 
@@ -134,7 +134,11 @@ class _Saved:
 
     @staticmethod
     def _key(t: torch.Tensor) -> tuple:
-        return t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)
+        from torch._subclasses.fake_tensor import is_fake
+
+        storage = t.untyped_storage()
+        # a meta or fake tensor's data pointer is 0 for all of them: its storage tells them apart
+        return (storage._cdata if t.is_meta or is_fake(t) else storage.data_ptr()), t.storage_offset(), tuple(t.shape)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         key = self._key(t)
@@ -337,6 +341,43 @@ def _round_estimate(rounds: Sequence[Sequence[float]]) -> list[float]:
     return [m * least / total if total > 0 else 0.0 for m in med]
 
 
+def _signature(m: nn.Module, args: Sequence[Any], grad: Sequence[bool]) -> str | None:
+    """What a roofline sees of segment ``m`` on ``args``: its graph's operators and wiring, the
+    shapes, dtypes and trainability of its parameters and constants, and its inputs' shapes,
+    strides, dtypes and gradients; None where it cannot say (a module called inside that is
+    not devplace's own gradient guard, a segment that is not a graph). Two segments with one
+    signature launch the same kernels with the same FLOPs and bytes and save the same tensors,
+    whatever their names and values: the repeated layers of a decoder are priced once."""
+    from .split import _GRAD_GUARD
+
+    if not isinstance(m, fx.GraphModule):
+        return None
+    index: dict[fx.Node, int] = {}
+    rows = []
+    for k, n in enumerate(m.graph.nodes):
+        index[n] = k
+        target: Any = n.target
+        if n.op == "placeholder":
+            target = None
+        elif n.op == "get_attr":
+            v = m
+            for part in str(n.target).split("."):
+                v = getattr(v, part)
+            target = ((tuple(v.shape), tuple(v.stride()), v.dtype, v.requires_grad) if isinstance(v, torch.Tensor)
+                      else repr(v))
+        elif n.op == "call_module":
+            if not str(n.target).startswith(_GRAD_GUARD):
+                return None
+            sub = m.get_submodule(str(n.target))
+            target = type(sub).__qualname__
+            if any(True for _ in sub.parameters()) or any(True for _ in sub.buffers()):
+                return None
+        rows.append((n.op, target, fx.node.map_arg((n.args, n.kwargs), lambda a: index[a])))
+    ins = [(tuple(a.shape), tuple(a.stride()), a.dtype, g) if isinstance(a, torch.Tensor) else repr(a)
+           for a, g in zip(args, grad)]
+    return repr((rows, ins))
+
+
 def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, warmup: int = 1,
                      threads: int = 1, device: str = "cpu", spec: str | None = None,
                      deadline: float | None = None) -> SegmentTimes:
@@ -373,7 +414,11 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
         if device != "cpu":
             raise UsageError("a roofline spec counts kernels on the CPU: leave device at cpu")
         clock, repeats, warmup = _roofline_clock(SPECS[str(spec).upper()]), 1, 0
-    example = tuple(t.to(device) for t in cap.example)
+    meta = meta_run(cap.model, cap.example)
+    if spec is None and not isinstance(meta, contextlib.nullcontext):
+        raise UsageError("the model is on the meta device: it has shapes but no numbers to time; give a roofline "
+                         "spec (--spec H100) to price its kernels")
+    example = tuple(t if t.is_meta else t.to(device) for t in cap.example)
     if device != "cpu":
         cap.modules = [to_device(m, device) for m in cap.modules]
     before = torch.get_num_threads()
@@ -384,7 +429,10 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     saves_out: list[list[int]] = [[] for _ in range(n)]
     params, grads, inputs = [0] * n, [0] * n, [[] for _ in range(n)]
     calls: list[tuple[nn.Module, list[Any], list[bool]]] = []
+    first_of: dict[str, int] = {}  # a segment's signature -> the first segment with it (`_signature`)
+    same: dict[int, int] = {}  # a repeated segment -> that first segment
     try:
+        meta.__enter__()
         for i, m, args, src in _run_in_order(cap, example):
             ps = list(m.parameters())
             params[i] = (sum(p.numel() * p.element_size() for p in ps)
@@ -392,6 +440,16 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             grads[i] = sum(p.numel() * p.element_size() for p in ps if p.requires_grad)
             inputs[i] = [(s[1] if s[0] == "seg" else f"input:{s[1]}", s[-1] if s[0] == "seg" else None, _bytes(a),
                           isinstance(a, torch.Tensor) and a.is_floating_point()) for s, a in zip(src, args)]
+            calls.append((m, _model_layout(m, args, cap.layouts), _grads(src)))
+            # a roofline prices a segment by its signature alone: a repeat's figures are its first's
+            sig = _signature(m, [*args, *calls[-1][1]], _grads(src) * 2) if spec is not None else None
+            if sig is not None and sig in first_of:
+                j = first_of[sig]
+                acts[i], saves_in[i], saves_out[i], outb[i] = acts[j], saves_in[j], saves_out[j], outb[j]
+                same[i] = j
+                continue
+            if sig is not None:
+                first_of[sig] = i
             meter = _Saved({id(p) for p in ps})
             with _torch_fails(f"segment {cap.names[i]}", device):
                 out = _timed_pass(m, args, _grads(src), training, clock, meter)[4]
@@ -399,7 +457,6 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             if training:
                 saves_in[i], saves_out[i] = meter.inputs, meter.outputs
             outb[i] = _bytes(out)
-            calls.append((m, _model_layout(m, args, cap.layouts), _grads(src)))
         # a roofline prices kernels, and the boundaries' copies are kernels a stage runs too
         whole = None
         if spec is None and n > 1 and (cap.wiring is not None or cap.traced is not None):
@@ -415,14 +472,18 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
                 break
             if late and r < warmup:
                 continue
-            got = []
-            for label, (m, args, grad) in zip([f"segment {nm}" for nm in cap.names] + ["the whole model"],
-                                              calls + ([whole] if whole else [])):
+            got: list[tuple] = []
+            for k, (label, (m, args, grad)) in enumerate(zip([f"segment {nm}" for nm in cap.names] + ["the whole model"],
+                                                             calls + ([whole] if whole else []))):
+                if k in same:
+                    got.append(got[same[k]])
+                    continue
                 with _torch_fails(label, device):
                     got.append(_timed_pass(m, args, grad, training, clock)[:4])
             if r >= warmup:
                 rounds.append(got)
     finally:
+        meta.__exit__(None, None, None)
         torch.set_num_threads(before)
     fwd, bin_, bwd, wgt = (_round_estimate([[t[k] or 0.0 for t in rd[:n]] for rd in rounds]) for k in range(4))
     # no input takes a gradient: torch's input pass does nothing there and its weight pass is the whole backward

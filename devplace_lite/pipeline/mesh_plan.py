@@ -29,12 +29,17 @@ link, the host's.
 Exactness: for each mesh shape and schedule, the split and its recomputation flags are the
 schedule search's (`devplace_lite.schedules.search`: the least replayed step, proven by
 enumeration, else its bound). The all-reduce term is the split's own, bounded below by its
-value for the least a stage can hold (``max(G / pp, the largest segment's G)``). The plan is
-``optimal`` when its step is at most every shape's bound, else ``feasible`` with its gap to
-the least bound (``time_limit`` when the limit left shapes unsearched).
+value for the least a stage can hold (``max(G / pp, the largest segment's G)``). Before any
+search each shape gets a bound that needs none (`schedules.search.quick_bound`: the busiest
+rank's least work, plus that least all-reduce); shapes are searched in that bound's order and
+one whose bound reaches the best step found is not searched (status ``bounded``: proven no
+better). The plan is ``optimal`` when its step is at most every shape's bound, else
+``feasible`` with its gap to the least bound (``time_limit`` when the limit left shapes
+unsearched).
 
-Complexity: one schedule search per mesh shape and schedule, ``O(d(N)^2)`` shapes for ``N`` with
-``d(N)`` divisors; the capture and the measurement once.
+Complexity: at most one schedule search per mesh shape and schedule, ``O(d(N)^2)`` shapes for
+``N`` with ``d(N)`` divisors, plus ``O(n)`` per shape for its bound; the capture and the
+measurement once (on a roofline, segments of one signature priced once: `capture._signature`).
 
 Reference: Narayanan et al., "Efficient large-scale language model training on GPU clusters
 using Megatron-LM", SC 2021 (the uniform dp x tp x pp mesh); Tarnawski et al., "Piper:
@@ -244,19 +249,33 @@ def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, deg
                          + "".join(f", {k} = {v}" for k, v in fixed.items())
                          + "; give --microbatches a multiple of the data degree, other fixed degrees, or another "
                          "--devices")
-    from ..schedules.search import search
+    from ..schedules.search import quick_bound, search
 
     tp_link, dp_link = _links(graph, spec)
     message = float(graph.meta["segments"].get("action_ms") or 0.0)
     graphs: dict[int, Graph] = {}
+    for t in sorted({sh.tp for sh in todo}):
+        graphs[t] = at_degree(graph, shares, t, tp_link(t), message)
+
+    def least_allreduce(sh: Shape) -> float:  # the least a stage of the shape can hold (see the module)
+        grads = graphs[sh.tp].meta["segments"]["grad_bytes"] if graph.is_training else [0.0] * n
+        return dp_allreduce_ms(max(sum(grads) / sh.pp, max(grads)), sh.dp, dp_link(sh.dp * sh.pp * sh.tp), message)
+
+    # each shape's bound without a search; searched in bound order, a shape whose bound reaches
+    # the best step found is skipped: no split of it can do better (status "bounded")
+    quick = {sh: quick_bound(segment_costs(graphs[sh.tp], optimizer, microbatches // sh.dp), sh.schedule, sh.pp,
+                             microbatches // sh.dp, graph.is_training) + least_allreduce(sh) for sh in todo}
+    todo.sort(key=lambda sh: quick[sh])
     rows: list[dict[str, Any]] = []
+    incumbent = math.inf
     for i, sh in enumerate(todo):
         left = budget.left()
         if left is not None and left <= 0:
             rows += [{**_shape(s), "status": "not tried"} for s in todo[i:]]
             break
-        if sh.tp not in graphs:
-            graphs[sh.tp] = at_degree(graph, shares, sh.tp, tp_link(sh.tp), message)
+        if quick[sh] >= incumbent:
+            rows.append({**_shape(sh), "status": "bounded", "bound_ms": quick[sh]})
+            continue
         g = graphs[sh.tp]
         costs = segment_costs(g, optimizer, microbatches // sh.dp)
         share = STEP_SECONDS if left is None else max(left / (len(todo) - i), solve.MIN_SLICE)
@@ -274,12 +293,12 @@ def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, deg
             held = _sums(grads, [ranks[s] for s in found.stage_of])
             link = dp_link(sh.dp * sh.pp * sh.tp)
             ar = dp_allreduce_ms(max(held), sh.dp, link, message)
-            least = max(sum(grads) / sh.pp, max(grads))
             row.update(replay_ms=found.step_ms, allreduce_ms=ar, step_ms=found.step_ms + ar,
-                       bound_ms=found.bound_ms + dp_allreduce_ms(least, sh.dp, link, message),
+                       bound_ms=max(found.bound_ms + least_allreduce(sh), quick[sh]),
                        samples_per_s=1e3 * batch / (found.step_ms + ar) if found.step_ms + ar > 0 else math.inf)
+            incumbent = min(incumbent, row["step_ms"])
         elif found.status != "infeasible":
-            row["bound_ms"] = found.bound_ms
+            row["bound_ms"] = max(found.bound_ms + least_allreduce(sh), quick[sh])
         rows.append(row)
     done = [r for r in rows if "step_ms" in r]
     if not done:
@@ -353,10 +372,7 @@ def plan_devices(model: Any, example_inputs: Sequence[Any], *, devices: int, mic
     """
     import torch
 
-    from .capture import exported_graph, without_cache
-    from .planner import indivisible, segment_profile
-    from .tensor_parallel import find
-    from .tp_cost import segment_shares
+    from .planner import indivisible
 
     inputs = tuple(example_inputs)
     if not inputs or not all(isinstance(t, torch.Tensor) and t.dim() for t in inputs):
@@ -372,20 +388,13 @@ def plan_devices(model: Any, example_inputs: Sequence[Any], *, devices: int, mic
     if schedule != "auto" and schedule not in SCHEDULES:
         raise UsageError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}, auto")
     started = time.monotonic() if started is None else started
-    budget = solve.Budget(time_limit, started)
-    without_cache(model)
-    graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
-                                          model_spec, device, spec, budget=budget, action_ms=action_ms)
-    t0 = time.monotonic()
-    # a batch of one hides the batch dimension among size-one dimensions (`tensor_parallel`)
-    rows = min(batch, 2)
-    gm = exported_graph(model, tuple(t[:rows] for t in inputs))
-    tpp = find(gm)
-    shares = segment_shares(model, gm, tpp, graph.meta["segments"]["names"], scale=batch / microbatches / rows)
+    graph, shares, tpp, cap, seconds = mesh_profile(
+        model, inputs, microbatches=microbatches, training=training, granularity=granularity, repeats=repeats,
+        warmup=warmup, model_spec=model_spec, device=device, spec=spec, action_ms=action_ms,
+        budget=solve.Budget(time_limit, started))
     if tp is not None and tpp.why_not(tp):
         raise UsageError(f"--tp {tp}: {tpp.why_not(tp)}")
     degrees = [t for t in tpp.degrees() if devices % t == 0]
-    seconds["tensor_parallel"] = time.monotonic() - t0
     p = plan_mesh(graph, shares, devices=devices, degrees=degrees, microbatches=microbatches, batch=batch,
                   schedules=list(SCHEDULES) if schedule == "auto" else [schedule], memory=memory,
                   optimizer=optimizer, recompute=recompute, spec=spec, time_limit=time_limit, started=started,
@@ -446,3 +455,49 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int | None = None, dev
         raise UsageError(f"{(pipeline_only or ['microbatches=auto'])[0]} shapes a pipeline of k ranks; with devices "
                          "leave it out")
     return plan_devices(model, example_inputs, devices=devices, **fixed, **options)
+
+
+def mesh_profile(model: Any, inputs: tuple, *, microbatches: int, training: bool = True, granularity: str = "block",
+                 repeats: int = 5, warmup: int = 1, model_spec: str | None = None, device: str = "cpu",
+                 spec: str | None = None, action_ms: float = 0.0, budget: solve.Budget | None = None):
+    """What `plan_mesh` plans from, measured once for any number of meshes: the model's segment
+    graph on one micro-batch (`planner.segment_profile`), its column-then-row groups
+    (`tensor_parallel.find` on the exported graph) and each segment's share of them
+    (`tp_cost.segment_shares`).
+
+    Parameters
+    ----------
+    model, inputs : the model and one step's whole batch (tensors with a batch dimension).
+    microbatches : int
+        Micro-batches of the step (the profile runs one).
+    training, granularity, repeats, warmup, model_spec, device, spec, action_ms : as `planner.plan`.
+    budget : solve.Budget, optional
+        The call's time limit (the measurement's repeats stop short of it).
+
+    Returns
+    -------
+    tuple
+        ``(graph, shares, TensorParallelPlan, Capture, seconds)``.
+
+    Raises
+    ------
+    GraphError
+        A model torch.export does not capture.
+    """
+    from .capture import exported_graph, without_cache
+    from .planner import segment_profile
+    from .tensor_parallel import find
+    from .tp_cost import segment_shares
+
+    batch = int(inputs[0].shape[0])
+    without_cache(model)
+    graph, cap, seconds = segment_profile(model, inputs, microbatches, training, granularity, repeats, warmup,
+                                          model_spec, device, spec, budget=budget, action_ms=action_ms)
+    t0 = time.monotonic()
+    # a batch of one hides the batch dimension among size-one dimensions (`tensor_parallel`)
+    rows = min(batch, 2)
+    gm = exported_graph(model, tuple(t[:rows] for t in inputs))
+    tpp = find(gm)
+    shares = segment_shares(model, gm, tpp, graph.meta["segments"]["names"], scale=batch / microbatches / rows)
+    seconds["tensor_parallel"] = time.monotonic() - t0
+    return graph, shares, tpp, cap, seconds

@@ -303,8 +303,8 @@ def plan(model: Any, example_inputs: Sequence[Any], *, k: int, microbatches: int
     recompute : ``"auto"`` or ``"never"``
         ``"auto"``: where a split exceeds ``memory``, stages may recompute their activations in
         their backward (chosen with the split; the plan's ``recompute`` says which).
-    optimizer : ``"none"``, ``"sgd"`` or ``"adam"``
-        Optimizer state counted in memory (per parameter byte: 0, 1, 2).
+    optimizer : ``"none"``, ``"sgd"``, ``"adam"`` or ``"mixed-adam"``
+        Optimizer state counted in memory (per parameter byte: 0, 1, 2, 6: `OPTIMIZERS`).
     method : str
         ``"auto"`` (the exact DP when the ideals fit) or a name of `devplace_lite.methods.PARTITION`.
     device : ``"cpu"`` or ``"cuda"``

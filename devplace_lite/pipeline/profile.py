@@ -221,7 +221,8 @@ class KernelLog(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if not self.active or func in _FREE or _is_view(func):
+        # prim ops are questions a fake tensor asks (its device), not kernels a GPU launches
+        if not self.active or func in _FREE or _is_view(func) or func.namespace == "prim":
             return out
         packet = func._overloadpacket
         outs = _tensors(out)

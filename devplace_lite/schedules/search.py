@@ -379,6 +379,25 @@ def global_bound(c: SegmentCosts, stages: Sequence[int], microbatches: int, trai
     return best
 
 
+def quick_bound(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, training: bool = True) -> float:
+    """A lower bound on the replayed step of every split of ``c`` over ``ranks`` ranks, in ``O(n)``
+    and without a search: a rank runs its stages' ``m`` forwards and backwards one after another,
+    so the busiest rank works at least the average ``m W / p``, and the rank holding segment
+    ``k`` at least ``m (F_k + B_k)`` (the backward's least form, as `global_bound` counts it). It
+    lets a caller weighing many rank counts (`devplace_lite.pipeline.mesh_plan`) skip those
+    whose bound no split can bring below a step already found.
+
+    Examples
+    --------
+    >>> quick_bound(SegmentCosts([1, 1, 4], [2, 2, 8]), "1f1b", ranks=2, microbatches=4)
+    48.0
+    """
+    sp = _Split(c, training, SCHEDULES[schedule].split_backward)
+    m = int(microbatches)
+    work = [sp.pf[k + 1] - sp.pf[k] + sp.pwork[k + 1] - sp.pwork[k] for k in range(c.n)]
+    return max(m * (sp.pf[-1] + sp.pwork[-1]) / ranks, m * max(work))
+
+
 def _counts(schedule: str, ranks: int, per_rank: int | None, n: int, microbatches: int,
             least: int = 1) -> list[tuple[int, int]]:
     """(ranks used, stages) pairs the schedule may run: fewer ranks for the one-stage schedules,

@@ -367,6 +367,43 @@ def torchtitan_llama3(batch: int = 8, seed: int = 0, layers: int = 4):
     return model, (_tokens(batch, 16, 512, seed),)
 
 
+def meta_lm(config_name: str, model_name: str, batch: int, seq: int, dtype: torch.dtype = torch.bfloat16,
+            **config: Any) -> tuple[nn.Module, tuple]:
+    """A Hugging Face causal LM of any size built from ``config_name(**config)`` on the meta device
+    (shapes and dtypes, no weights allocated, nothing downloaded), in ``dtype`` as such models
+    train, with a meta batch of ``batch`` x ``seq`` tokens: what a laptop plans for a cluster on
+    a roofline spec (``devplace plan ... --spec H100``), as `LogitsOf` (eager attention, no cache).
+
+    Examples
+    --------
+    >>> model, (x,) = meta_lm("LlamaConfig", "LlamaForCausalLM", 8, 4096, **LLAMA3_70B)   # doctest: +SKIP
+    >>> x.device, sum(p.numel() for p in model.parameters()) / 1e9                         # doctest: +SKIP
+    (device(type='meta'), 70.55...)
+    """
+    with contextlib.suppress(UsageError):  # some transformers modules import torchvision when it is there
+        import_torchvision()
+    tr = _require("transformers")
+    cfg = getattr(tr, config_name)(**config)
+    cfg.use_cache = False
+    cfg._attn_implementation = "eager"
+    with torch.device("meta"):
+        model = LogitsOf(getattr(tr, model_name)(cfg), ("input_ids",)).to(dtype)
+    return model, (torch.zeros(batch, seq, dtype=torch.long, device="meta"),)
+
+
+#: Llama-3-70B's published configuration (the ``config.json`` of meta-llama/Meta-Llama-3-70B).
+LLAMA3_70B = dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                  num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                  rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001)
+
+
+def llama3_70b(batch: int = 1024, seq: int = 4096):
+    """Llama-3-70B (80 layers, width 8,192, 64 heads, 8 key-value heads, MLP 28,672, a 128,256-token
+    vocabulary) on the meta device in bfloat16 (`meta_lm`), ``batch`` sequences of ``seq`` tokens:
+    ``devplace plan devplace_lite.zoo.external:llama3_70b --devices 1024 --spec H100``."""
+    return meta_lm("LlamaConfig", "LlamaForCausalLM", batch, seq, **LLAMA3_70B)
+
+
 def get(name: str):
     """The factory of external model ``name`` (of `MODELS` or `DECODERS`); a one-line error lists the known names."""
     if name not in MODELS and name not in DECODERS:
