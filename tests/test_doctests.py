@@ -16,7 +16,7 @@ import pytest
 from test_layers import COURSE, MODULES, PKG
 
 TORCH_MODULES = tuple(f"devplace_lite.{m}" for m in ("zoo", "profile", "pipeline", "rl", "commands.plan", "commands.profile",
-                                                     "commands.place_rl", "multidim.run")) + (f"{COURSE}.data_build",)
+                                                     "commands.place_rl")) + (f"{COURSE}.data_build",)
 #: The course's modules, named as the library's are (a package's ``__init__`` by the package).
 COURSE_MODULES = sorted(".".join(p.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__")
                         for p in (PKG.parent / COURSE).rglob("*.py"))
