@@ -3,7 +3,7 @@
 ::
 
     devplace plan MODEL -k K [--schedule S] [--stages-per-rank V] [--microbatches M] [--batch B] [--memory BYTES]
-                  [--recompute auto|never] [--optimizer none|sgd|adam] [--inference] [--granularity block|layer]
+                  [--recompute auto|never] [--optimizer none|sgd|adam|mixed-adam] [--inference] [--granularity block|layer]
                   [--method auto|M] [--time-limit S] [--out DIR] [--all-ranks] [--run [--nodes N] [--check]]
                   [--calibrate] [--emit torchtitan FILE] [--json]
 
@@ -152,8 +152,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="activation recomputation under --memory: auto recomputes on the stages whose rank fits "
                              "only so, chosen with the split for the least forecast step (default); never keeps every "
                              "activation")
-    parser.add_argument("--optimizer", choices=["none", "sgd", "adam"], default="none",
-                        help="optimizer state counted in stage memory (default none)")
+    parser.add_argument("--optimizer", choices=["none", "sgd", "adam", "mixed-adam"], default="none",
+                        help="optimizer state counted in stage memory: per parameter byte sgd 1, adam 2, mixed-adam 6 "
+                             "(fp32 master weights and moments of 16-bit parameters) (default none)")
     parser.add_argument("--inference", action="store_true", help="plan inference (forward only) instead of training")
     parser.add_argument("--granularity", choices=["block", "layer"], default="block",
                         help="candidate split points: blocks of containers (default) or every module called once")
