@@ -1059,7 +1059,8 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
         if device != "cpu":
             raise UsageError("a roofline spec counts kernels on the CPU: leave device at cpu")
         clock, repeats, warmup = _roofline_clock(SPECS[str(spec).upper()]), 1, 0
-    example = tuple(t.to(device) for t in cap.example)
+    # a roofline counts kernels where the model lives: on the meta device nothing is copied
+    example = tuple(t if spec is not None and t.is_meta else t.to(device) for t in cap.example)
     if device != "cpu":
         cap.modules = [to_device(m, device) for m in cap.modules]
     before = torch.get_num_threads()
