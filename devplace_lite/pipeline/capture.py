@@ -751,7 +751,8 @@ class _Saved:
 
     @staticmethod
     def _key(t: torch.Tensor) -> tuple:
-        return t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)
+        storage = t.untyped_storage()  # a meta storage has no data: every one's address is 0
+        return storage._cdata if t.is_meta else storage.data_ptr(), t.storage_offset(), tuple(t.shape)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         key = self._key(t)
