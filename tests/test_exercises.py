@@ -189,6 +189,20 @@ def test_gpipe_step_equals_the_formula(t, m):
     assert abs(get("01.3").reference(t, m) - schedule.gpipe_formula(t, m)) <= 1e-9 * (1 + sum(t) * m)
 
 
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(devices=st.integers(1, 256), degrees=st.sets(st.integers(1, 16), min_size=1, max_size=4),
+       m=st.integers(1, 64), segments=st.integers(1, 40), nbytes=st.floats(0, 1e11))
+def test_the_mesh_exercises_agree_with_the_planner(devices, degrees, m, segments, nbytes):
+    """09.6 and 09.7's torch-free references against what `mesh_plan` plans with."""
+    from devplace_lite.pipeline.mesh_plan import shapes
+    from devplace_lite.pipeline.tp_cost import allreduce_ms
+
+    got = get("09.7").reference(devices, sorted(degrees), m, segments)
+    want = sorted((s.dp, s.pp, s.tp) for s in shapes(devices, sorted(degrees), m, segments, ["1f1b"]))
+    assert [tuple(r) for r in got.tolist()] == want
+    assert get("09.6").reference(nbytes, devices, 50e9) == pytest.approx(allreduce_ms(nbytes, devices, 50e9), rel=1e-12)
+
+
 # -- wrong ideas fail most instances, and are named ------------------------------------------------
 WITH_SLIPS = [e for e in ALL if e.slips is not None]
 

@@ -224,3 +224,50 @@ def test_a_plans_split_points_under_gpipe_with_a_tied_head_and_per_head_norms():
     run = launch("devplace_lite.zoo.external:gemma3", dp=1, pp=2, tp=2, points=["model.model.layers.1"],
                  schedule="gpipe", check=True, timeout=900)
     assert run["check"]["passed"], run["check"]
+
+
+def _tiny_llama(device: str):
+    """A tiny Llama called with tokens and an attention mask (which spares a meta run Hugging
+    Face's data-dependent check of packed sequences), on ``device``."""
+    import transformers as tr
+
+    cfg = tr.LlamaConfig(**external._DECODER, use_cache=False)
+    cfg._attn_implementation = "eager"
+    with torch.device(device):
+        torch.manual_seed(0)
+        model = external.LogitsOf(tr.LlamaForCausalLM(cfg), ("input_ids", "attention_mask"))
+        return model, (torch.zeros(4, 16, dtype=torch.long), torch.ones(4, 16, dtype=torch.long))
+
+
+def test_a_model_on_the_meta_device_is_timed_by_a_roofline_as_on_the_cpu():
+    """No weights allocated, the same roofline times and bytes per segment (chapter 09 plans
+    Llama-3-8B so); its example stays on the meta device."""
+    pytest.importorskip("transformers")
+    from devplace_lite.pipeline.planner import segment_profile
+
+    with contextlib.suppress(UsageError):
+        external.import_torchvision()
+    got = [segment_profile(*_tiny_llama(d), 2, spec="H100")[0].meta["segments"] for d in ("cpu", "meta")]
+    for key in ("forward_ms", "backward_ms", "param_bytes", "grad_bytes", "activation_bytes", "output_bytes"):
+        assert got[0][key] == got[1][key], key
+
+
+def test_no_fitting_mesh_is_not_blamed_on_a_time_limit(monkeypatch):
+    """Shapes whose split search found nothing that fits, unproven, are said to be so (there was
+    no time limit to blame)."""
+    pytest.importorskip("transformers")
+    import dataclasses
+
+    import devplace_lite as dl
+    from devplace_lite.errors import GraphError
+    from devplace_lite.schedules import search as searching
+
+    real = searching.search
+
+    def nothing_fits(*args, **kwargs):
+        return dataclasses.replace(real(*args, **kwargs), stage_of=None, simulation=None, status="unknown")
+
+    monkeypatch.setattr(searching, "search", nothing_fits)
+    model, x = external.llama()
+    with pytest.raises(GraphError, match=r"was found to fit 1 bytes per device: 0 of 3 shape\(s\) proven not to"):
+        dl.plan(model, x, devices=8, degrees={"tp": 2}, memory=1)

@@ -198,3 +198,112 @@ register(id="09.3", name="my_stage_knapsack", title="the multiple-choice knapsac
          forbidden=("devplace_lite.multidim._kernels", "devplace_lite.multidim.planner"),
          hint="go layer by layer keeping the (memory, time) totals no other total beats in both; drop totals over "
               "the capacity; the answer is the least time left (math.inf when none)")
+
+# -- 09.6  a ring all-reduce ------------------------------------------------------------------------
+
+
+def ring_allreduce_ms(nbytes: float, devices: int, link: float) -> float:
+    """A ring all-reduce of ``nbytes`` over ``devices``: each device sends and receives
+    ``2 (devices - 1) / devices`` of the bytes over its ``link`` bytes/s; in ms, 0 for one device
+    (`devplace_lite.pipeline.tp_cost.allreduce_ms`, which imports torch)."""
+    return 0.0 if devices == 1 else 2.0 * (devices - 1) / devices * nbytes / link * 1e3
+
+
+#: Per-device links of an H100 cluster (`devplace_lite.devices.SPECS`): NVLink in a node, InfiniBand between.
+_LINKS = (450e9, 50e9)
+
+
+def _allreduce_cases(rng: np.random.Generator, i: int) -> Case:
+    if i == 0:  # one stage of Llama-3-8B (an eighth of its 32 GB of fp32 gradients) over 8 replicas
+        return Case((4e9, 8, 50e9), text="nbytes, devices, link = 4e9, 8, 50e9")
+    nbytes = float(rng.integers(1, 1000)) * 10.0 ** int(rng.integers(5, 10))
+    devices = int(rng.choice([2, 3, 4, 8, 16, 64, 256, 1024]))
+    link = float(rng.choice(_LINKS))
+    return Case((nbytes, devices, link), text=f"nbytes, devices, link = {nbytes:g}, {devices}, {link:g}")
+
+
+def _allreduce_slips(case: Case) -> list:
+    b, d, link = case.args
+    return [(b / link * 1e3 * (d - 1) / d, "that is a reduce-scatter alone: a ring all-reduce is a reduce-scatter "
+                                           "and an all-gather, each moving (d - 1)/d of the bytes: 2 (d - 1)/d"),
+            (2.0 * b / link * 1e3, "the (d - 1)/d is missing: each device sends all but its own share, "
+                                   "2 (d - 1)/d of the bytes (0 for one device)"),
+            (2.0 * (d - 1) * b / link * 1e3, "each step of the ring moves one d-th of the bytes, not all of them: "
+                                             "2 (d - 1) steps of nbytes/d"),
+            (ring_allreduce_ms(b, d, link) / 1e3, "that is in seconds: the answer is in milliseconds")]
+
+
+register(id="09.6", name="my_allreduce_ms", title="a ring all-reduce over the data or tensor group",
+         reference=ring_allreduce_ms, cases=_allreduce_cases, compare=close(rtol=1e-9, atol=1e-12),
+         slips=_allreduce_slips, fixed=1, n=16,
+         forbidden=("devplace_lite.pipeline.tp_cost", "devplace_lite.pipeline.mesh_plan"),
+         hint="a reduce-scatter then an all-gather round the ring: each device sends 2 (d - 1) / d of the bytes "
+              "over its link; times 1e3 for ms")
+
+# -- 09.7  the meshes of N devices ------------------------------------------------------------------
+
+
+def mesh_shapes(devices: int, degrees: list, microbatches: int, segments: int) -> np.ndarray:
+    """Rows ``(dp, pp, tp)`` of every mesh of ``devices`` for a one-stage-per-rank schedule:
+    ``tp`` among ``degrees`` and dividing ``devices``, ``pp`` dividing ``devices / tp`` and at most
+    ``segments``, ``dp = devices / (tp pp)`` dividing ``microbatches``; sorted
+    (`devplace_lite.pipeline.mesh_plan.shapes`, which imports torch)."""
+    rows = [(devices // (t * pp), pp, t) for t in degrees if devices % t == 0
+            for pp in range(1, min(devices // t, segments) + 1)
+            if (devices // t) % pp == 0 and microbatches % (devices // (t * pp)) == 0]
+    return np.array(sorted(rows), dtype=np.int64).reshape(-1, 3)
+
+
+def _same_rows(expected: np.ndarray, got) -> str | None:
+    """The same set of ``(dp, pp, tp)`` rows, in any order."""
+    try:
+        g = np.asarray(got, dtype=float).reshape(-1, 3) if len(got) else np.zeros((0, 3))
+    except (TypeError, ValueError):
+        return f"expected rows (dp, pp, tp), got {type(got).__name__}"
+    want, have = {tuple(r) for r in expected.tolist()}, {tuple(int(x) for x in r) for r in g.tolist()}
+    if want == have and len(g) == len(expected):
+        return None
+    extra, missing = sorted(have - want), sorted(want - have)
+    return (f"expected {len(expected)} meshes {sorted(want)}, got {len(g)} {[tuple(int(x) for x in r) for r in g]}"
+            + (f"; not meshes: {extra[:3]}" if extra else "") + (f"; missing: {missing[:3]}" if missing else ""))
+
+
+def _mesh_cases(rng: np.random.Generator, i: int) -> Case:
+    if i == 0:  # the chapter's tiny decoder: 8 processes, tensor degrees 1 and 2, 4 micro-batches, 6 segments
+        return Case((8, [1, 2], 4, 6), text="devices, degrees, microbatches, segments = 8, [1, 2], 4, 6")
+    devices = int(rng.choice([4, 8, 12, 16, 24, 32, 64, 128]))
+    degrees = sorted({1, *(int(x) for x in rng.choice([2, 3, 4, 8], size=int(rng.integers(1, 4))))})
+    microbatches = int(rng.choice([2, 4, 6, 8, 16, 32]))
+    segments = int(rng.integers(2, 40))
+    return Case((devices, degrees, microbatches, segments),
+                text=f"devices, degrees, microbatches, segments = {devices}, {degrees}, {microbatches}, {segments}")
+
+
+def _mesh_slips(case: Case) -> list:
+    n, degrees, m, segs = case.args
+    every = [(n // (t * pp), pp, t) for t in degrees if n % t == 0 for pp in range(1, n // t + 1) if (n // t) % pp == 0]
+    rows = lambda keep: np.array(sorted(r for r in every if keep(r)), dtype=np.int64).reshape(-1, 3)  # noqa: E731
+    return [(rows(lambda r: r[1] <= segs), "a data degree that does not divide the micro-batches is in: each replica "
+                                           "runs m / dp whole micro-batches"),
+            (rows(lambda r: m % r[0] == 0), "a pipeline longer than the model is in: each stage holds one segment "
+                                            "at least, so pp <= segments"),
+            (rows(lambda r: m % r[0] == 0 and r[1] <= segs and r[2] == 1), "only tensor degree 1: every degree "
+                                                                          "the model allows that divides N is a mesh")]
+
+
+def _mesh_diagnose(case: Case, expected: np.ndarray, got) -> str | None:
+    n = case.args[0]
+    try:
+        g = np.asarray(got, dtype=np.int64).reshape(-1, 3)
+    except (TypeError, ValueError):
+        return None
+    if len(g) and not all(int(a) * int(b) * int(c) == n for a, b, c in g.tolist()):
+        return f"some rows do not use every device: dp x pp x tp must equal {n}"
+    return None
+
+
+register(id="09.7", name="my_mesh_shapes", title="the dp x pp x tp meshes of N devices",
+         reference=mesh_shapes, cases=_mesh_cases, compare=_same_rows, slips=_mesh_slips, diagnose=_mesh_diagnose,
+         fixed=1, n=20, forbidden=("devplace_lite.pipeline.mesh_plan",),
+         hint="for each tensor degree t dividing N, each pp dividing N / t with pp <= segments: dp = N / (t pp), "
+              "kept when it divides the micro-batches")

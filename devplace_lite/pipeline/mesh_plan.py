@@ -306,7 +306,15 @@ def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, deg
             raise GraphError(f"no dp x pp x tp mesh of {devices} device(s) fits {memory:.0f} bytes per device "
                              f"(proven for each of {len(rows)} shape(s) and schedule(s)); way out: more devices, "
                              "fewer micro-batches in flight, or --recompute auto")
-        raise GraphError(f"the time limit ended before any mesh of {devices} device(s) was planned")
+        if any(r["status"] == "not tried" for r in rows):
+            raise GraphError(f"the time limit ended before any mesh of {devices} device(s) was planned")
+        refused = [r for r in rows if r["status"] == "refused"]
+        if refused and (memory is None or len(refused) == len(rows)):
+            raise GraphError(f"no dp x pp x tp mesh of {devices} device(s) runs the schedule: {refused[0]['why']}")
+        proven = sum(r["status"] == "infeasible" for r in rows)
+        raise GraphError(f"no dp x pp x tp mesh of {devices} device(s) was found to fit {memory:.0f} bytes per device: "
+                         f"{proven} of {len(rows)} shape(s) proven not to, the search of the others found no split "
+                         "that fits (unproven); way out: more devices or fewer micro-batches in flight")
     best = min(done, key=lambda r: (r["step_ms"], r["tp"], r["pp"]))
     untried = any(r["status"] == "not tried" for r in rows)
     bound = None if untried else min(r["bound_ms"] for r in rows if "bound_ms" in r)
