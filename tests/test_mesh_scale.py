@@ -14,6 +14,7 @@ from devplace_lite.errors import UsageError
 
 pytest.importorskip("transformers")
 capture = importlib.import_module("devplace_lite.pipeline.capture")  # the package re-exports a function of that name
+measure = importlib.import_module("devplace_lite.pipeline.measure")
 GIB = 2 ** 30
 
 
@@ -32,7 +33,7 @@ def one_thread():
 
 def _measured(model, x):
     cap = capture.capture(model, (x,))
-    return capture.measure_segments(cap, training=True, spec="H100")
+    return measure.measure_segments(cap, training=True, spec="H100")
 
 
 def test_the_meta_device_prices_a_decoder_as_its_real_weights_do():
@@ -52,7 +53,7 @@ def test_the_meta_device_prices_a_decoder_as_its_real_weights_do():
 
 @pytest.mark.parametrize("name", ["llama", "gemma2", "gpt2"])
 def test_repeated_layers_priced_once_give_what_pricing_each_gives(monkeypatch, name):
-    """The signature shortcut (`capture._signature`) changes no figure (Gemma 2 alternates sliding
+    """The signature shortcut (`measure._signature`) changes no figure (Gemma 2 alternates sliding
     and global attention layers; GPT-2 ties its head to its embedding); on Llama's capture (the
     exported graph cut by devplace's splitter) it prices fewer segments than the model has."""
     from devplace_lite.zoo import external
@@ -60,13 +61,13 @@ def test_repeated_layers_priced_once_give_what_pricing_each_gives(monkeypatch, n
     model, (x,) = getattr(external, name)(batch=2)
     cap = capture.capture(model, (x[:1],))
     timed = []
-    real = capture._timed_pass
-    monkeypatch.setattr(capture, "_timed_pass", lambda *a, **k: timed.append(a[0]) or real(*a, **k))
-    fast = capture.measure_segments(cap, training=True, spec="H100")
+    real = measure._timed_pass
+    monkeypatch.setattr(measure, "_timed_pass", lambda *a, **k: timed.append(a[0]) or real(*a, **k))
+    fast = measure.measure_segments(cap, training=True, spec="H100")
     if name == "llama":
         assert cap.how == capture.HOW_EXPORT_SPLIT and len({id(m) for m in timed}) < cap.num_segments
-    monkeypatch.setattr(capture, "_signature", lambda *a: None)
-    slow = capture.measure_segments(cap, training=True, spec="H100")
+    monkeypatch.setattr(measure, "_signature", lambda *a: None)
+    slow = measure.measure_segments(cap, training=True, spec="H100")
     assert fast == slow
 
 
