@@ -291,7 +291,8 @@ def export_split(model: nn.Module, example: tuple, points: Sequence[str], ep: An
 
 
 def _capture_export_split(model: nn.Module, example: tuple, cands: Sequence[str], granularity: str,
-                          memo: dict[str, Any]) -> Capture:
+                          memo: dict[str, Any] | None = None) -> Capture:
+    memo = {} if memo is None else memo
     sp, names, gm = export_split(model, example, cands, _export_once(model, example, memo)[1])
     modules = list(sp.stages)
     return Capture(model=model, example=example, how=HOW_EXPORT_SPLIT, names=names, modules=modules,
