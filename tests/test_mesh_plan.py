@@ -193,6 +193,7 @@ def test_library_and_command_line_give_the_same_plan(tmp_path, capsys):
     (["--devices", "8", "--schedule", "zbv", "--run"], "gpipe or 1f1b"),
     (["--devices", "8", "--tp", "3"], "degree 3"),
     (["--devices", "8", "--inference", "--run"], "--inference without --run"),
+    (["--devices", "1", "--run", "--check"], "one device splits nothing"),
 ])
 def test_command_line_refusals(argv, words, tmp_path, capsys):
     from devplace_lite.cli import main

@@ -208,6 +208,9 @@ def _validate(args: argparse.Namespace) -> None:
                                                                             args.microbatches == "auto")) if on]
         if mesh_only:
             raise UsageError(f"{mesh_only[0]} shapes a pipeline of -k ranks; with --devices leave it out")
+        if args.check and args.devices < 2:
+            raise UsageError("--check compares a split run with the unsplit model, and one device splits nothing: "
+                             "give --devices 2 or more")
         if args.run and args.inference:
             raise UsageError("--run with --devices trains the mesh (the runner's check compares gradients); plan "
                              "--inference without --run")
