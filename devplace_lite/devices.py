@@ -129,7 +129,8 @@ class AcceleratorSpec:
 
 
 # Vendor datasheet peaks (dense tensor-core FP16/BF16, HBM bandwidth, host link) of the SXM
-# parts, in the nodes NVIDIA sells them in (8 GPUs): NVLink per GPU and direction (V100: 6 links,
+# parts (the A100 in its 40 GB and 80 GB forms: 1,555 and 2,039 GB/s of HBM), in the nodes
+# NVIDIA sells them in (8 GPUs): NVLink per GPU and direction (V100: 6 links,
 # A100: 12, H100 and H200: 18, each 25 GB/s), and the node's InfiniBand shared by its GPUs
 # (DGX-1: 4 x 100 Gb/s; DGX A100: 8 x 200 Gb/s; DGX H100 and HGX H200: 8 x 400 Gb/s).
 SPECS: dict[str, AcceleratorSpec] = {
@@ -137,6 +138,8 @@ SPECS: dict[str, AcceleratorSpec] = {
                             node=8, nvlink=150e9, network=6.25e9),
     "A100": AcceleratorSpec("A100", flops=312e12, bandwidth=1555e9, memory=40 * 2**30, link=32e9,
                             node=8, nvlink=300e9, network=25e9),
+    "A100-80GB": AcceleratorSpec("A100-80GB", flops=312e12, bandwidth=2039e9, memory=80 * 2**30, link=32e9,
+                                 node=8, nvlink=300e9, network=25e9),
     "H100": AcceleratorSpec("H100", flops=989e12, bandwidth=3350e9, memory=80 * 2**30, link=64e9,
                             node=8, nvlink=450e9, network=50e9),
     "H200": AcceleratorSpec("H200", flops=989e12, bandwidth=4800e9, memory=141e9, link=64e9,

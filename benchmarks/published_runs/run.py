@@ -62,9 +62,11 @@ _BLOOM = ("BigScience, BLOOM: A 176B-Parameter Open-Access Multilingual Language
 #: Models by name: their published configuration.
 MODELS: dict[str, dict[str, Any]] = {
     "gpt-1.7b": _gpt(24, 2304, 24),
+    "gpt-3.6b": _gpt(30, 3072, 32),
     "gpt-7.5b": _gpt(36, 4096, 32),
     "gpt-18.4b": _gpt(40, 6144, 48),
     "gpt-39.1b": _gpt(48, 8192, 64),
+    "gpt-76.1b": _gpt(60, 10240, 80),
     # BLOOM's sizes on the GPT-3-style class: `tensor_parallel.find` refuses BLOOM's own attention
     # (its ALiBi products merge the batch and the heads in one reshape), whose products are the same
     "bloom-176b": _gpt(70, 14336, 112, vocab=250880),
@@ -77,15 +79,19 @@ MODELS: dict[str, dict[str, Any]] = {
 
 #: The runs: model, GPU, degrees, global batch in sequences, sequence length, published TFLOP/s per GPU.
 RUNS: list[dict[str, Any]] = [
-    {"run": "megatron-1.7b", "model": "gpt-1.7b", "gpu": "A100", "gpus": 32, "tp": 1, "pp": 1, "batch": 512,
+    {"run": "megatron-1.7b", "model": "gpt-1.7b", "gpu": "A100-80GB", "gpus": 32, "tp": 1, "pp": 1, "batch": 512,
      "seq": 2048, "tflops": 137, "flops": "megatron", "source": _MEGATRON, "role": "calibration"},
-    {"run": "megatron-18.4b", "model": "gpt-18.4b", "gpu": "A100", "gpus": 256, "tp": 8, "pp": 1, "batch": 1024,
+    {"run": "megatron-18.4b", "model": "gpt-18.4b", "gpu": "A100-80GB", "gpus": 256, "tp": 8, "pp": 1, "batch": 1024,
      "seq": 2048, "tflops": 135, "flops": "megatron", "source": _MEGATRON, "role": "calibration"},
-    {"run": "megatron-7.5b", "model": "gpt-7.5b", "gpu": "A100", "gpus": 128, "tp": 4, "pp": 1, "batch": 512,
-     "seq": 2048, "tflops": 142, "flops": "megatron", "source": _MEGATRON, "role": "held-out"},
-    {"run": "megatron-39.1b", "model": "gpt-39.1b", "gpu": "A100", "gpus": 512, "tp": 8, "pp": 2, "batch": 1536,
+    {"run": "megatron-3.6b", "model": "gpt-3.6b", "gpu": "A100-80GB", "gpus": 64, "tp": 2, "pp": 1, "batch": 512,
      "seq": 2048, "tflops": 138, "flops": "megatron", "source": _MEGATRON, "role": "held-out"},
-    {"run": "bloom-176b", "model": "bloom-176b", "gpu": "A100", "gpus": 384, "tp": 4, "pp": 12, "batch": 2048,
+    {"run": "megatron-7.5b", "model": "gpt-7.5b", "gpu": "A100-80GB", "gpus": 128, "tp": 4, "pp": 1, "batch": 512,
+     "seq": 2048, "tflops": 142, "flops": "megatron", "source": _MEGATRON, "role": "held-out"},
+    {"run": "megatron-39.1b", "model": "gpt-39.1b", "gpu": "A100-80GB", "gpus": 512, "tp": 8, "pp": 2, "batch": 1536,
+     "seq": 2048, "tflops": 138, "flops": "megatron", "source": _MEGATRON, "role": "held-out"},
+    {"run": "megatron-76.1b", "model": "gpt-76.1b", "gpu": "A100-80GB", "gpus": 1024, "tp": 8, "pp": 4,
+     "batch": 1792, "seq": 2048, "tflops": 140, "flops": "megatron", "source": _MEGATRON, "role": "held-out"},
+    {"run": "bloom-176b", "model": "bloom-176b", "gpu": "A100-80GB", "gpus": 384, "tp": 4, "pp": 12, "batch": 2048,
      "seq": 2048, "tflops": 150, "flops": "megatron", "source": _BLOOM, "role": "held-out"},
     {"run": "llama3-405b-8k", "model": "llama3-405b", "gpu": "H100", "gpus": 8192, "tp": 8, "pp": 16, "batch": 2048,
      "seq": 8192, "tflops": 430, "flops": "palm", "source": _LLAMA3, "role": "calibration"},
@@ -147,10 +153,12 @@ def measure(names: list[str] | None = None, free_seconds: float | None = None) -
                           optimizer="mixed-adam", spec=gpu)
             c1 = _cpu()
             # the published configuration ran, so it fits: it is forecast without the memory cap,
-            # which the cost model's memory (activations whole under tensor parallelism, eager
-            # attention's saved scores, recomputation per stage) may refuse (`fits` says whether)
+            # which the cost model's memory (activations whole under tensor parallelism) may
+            # refuse (`fits` says whether)
+            # the runs whose paper counts FLOPs with Megatron-LM's formula recomputed every layer, as the
+            # formula says: their configuration recomputes on every stage
             fixed = plan_mesh(graph, shares, degrees=[run["tp"]], fixed={"dp": dp, "pp": run["pp"], "tp": run["tp"]},
-                              **{**common, "memory": None})
+                              recompute="all" if run["flops"] == "megatron" else "auto", **{**common, "memory": None})
             fits = max(m["peak"] for m in fixed.stage_memory()) <= MEMORY
             c2 = _cpu()
             try:

@@ -148,10 +148,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory", type=options.MEMORY,
                         help="bytes per device, > 0; a plan whose rank exceeds it under the schedule (after any "
                              "activation recomputation, see --recompute) is refused")
-    parser.add_argument("--recompute", choices=["auto", "never"], default="auto",
+    parser.add_argument("--recompute", choices=["auto", "never", "all"], default="auto",
                         help="activation recomputation under --memory: auto recomputes on the stages whose rank fits "
                              "only so, chosen with the split for the least forecast step (default); never keeps every "
-                             "activation")
+                             "activation; all recomputes on every stage (as Megatron-LM's runs recompute every layer)")
     parser.add_argument("--optimizer", choices=["none", "sgd", "adam", "mixed-adam"], default="none",
                         help="optimizer state counted in stage memory: per parameter byte sgd 1, adam 2, mixed-adam 6 "
                              "(fp32 master weights and moments of 16-bit parameters) (default none)")

@@ -71,7 +71,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import GraphError, UsageError
 from .capture import Capture, _run_in_order, export_copy, meta_run, to_device
-from .profile import ACC_KERNEL_OVERHEAD_MS, KernelLog, roofline_ms
+from .profile import ACC_KERNEL_OVERHEAD_MS, FusedAttention, KernelLog, roofline_ms
 from .torch_split import known_warnings_filtered, split_policy
 
 
@@ -144,7 +144,8 @@ class _Saved:
         key = self._key(t)
         if id(t) not in self.skip and key not in self.seen:
             self.seen.add(key)
-            self.total += t.numel() * t.element_size()
+            # a broadcast view (stride 0: a mask over the heads) holds its storage alone
+            self.total += min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
         return t
 
     def saved(self, v: Any) -> int:
@@ -418,6 +419,8 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     if spec is None and not isinstance(meta, contextlib.nullcontext):
         raise UsageError("the model is on the meta device: it has shapes but no numbers to time; give a roofline "
                          "spec (--spec H100) to price its kernels")
+    # a roofline prices attention as the GPU runs it (one fused kernel), on meta tensors too
+    fused = FusedAttention() if spec is not None else contextlib.nullcontext()
     example = tuple(t if t.is_meta else t.to(device) for t in cap.example)
     if device != "cpu":
         cap.modules = [to_device(m, device) for m in cap.modules]
@@ -433,6 +436,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
     same: dict[int, int] = {}  # a repeated segment -> that first segment
     try:
         meta.__enter__()
+        fused.__enter__()
         for i, m, args, src in _run_in_order(cap, example):
             ps = list(m.parameters())
             params[i] = (sum(p.numel() * p.element_size() for p in ps)
@@ -483,6 +487,7 @@ def measure_segments(cap: Capture, *, training: bool = False, repeats: int = 5, 
             if r >= warmup:
                 rounds.append(got)
     finally:
+        fused.__exit__(None, None, None)
         meta.__exit__(None, None, None)
         torch.set_num_threads(before)
     fwd, bin_, bwd, wgt = (_round_estimate([[t[k] or 0.0 for t in rd[:n]] for rd in rounds]) for k in range(4))

@@ -256,7 +256,11 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
             f"{plan.ranks} of the {k} ranks: the least forecast step found is on {plan.ranks} stage(s)"
             + (f", with each message between ranks priced at {price:.3f} ms" if price else "")
             + f"; least_ranks={k} (devplace plan --all-ranks) plans {k} stages")
-    if plan.recompute:
+    if plan.recompute and recompute == "all":
+        plan.notes.append("every stage recomputes its activations, as asked: their backwards run their forward again "
+                          "(torch.utils.checkpoint in the run), and they keep only their input per micro-batch in "
+                          "flight")
+    elif plan.recompute:
         plan.notes.append(f"fits {memory:.0f} bytes per device only with activation recomputation on stage(s) "
                           f"{[s for s, x in enumerate(plan.recompute) if x]}: their backwards run their forward again "
                           "(torch.utils.checkpoint in the run), and they keep only their input per micro-batch in "

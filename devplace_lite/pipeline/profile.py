@@ -105,6 +105,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry
@@ -134,6 +135,61 @@ _FREE = {_aten.empty.memory_format, _aten.empty_like.default, _aten.empty_stride
          _aten.lift_fresh.default}
 # Gathers read only the rows they return from their first argument, not the whole table.
 _GATHERS = {_aten.embedding, _aten.index_select, _aten.gather, _aten.index}
+
+
+# torch's CPU build runs scaled-dot-product attention as one fused kernel (flash for CPU): it is
+# priced as the GPU's flash kernel is, whose FLOP formulas read the same leading arguments
+_FUSED_ON_CPU = {_aten._scaled_dot_product_flash_attention_for_cpu: _aten._scaled_dot_product_flash_attention,
+                 _aten._scaled_dot_product_flash_attention_for_cpu_backward:
+                     _aten._scaled_dot_product_flash_attention_backward}
+
+
+class FusedAttention(TorchFunctionMode):
+    """Scaled-dot-product attention on meta (or fake) tensors run as one fused kernel, as torch
+    runs it on a CPU or GPU, not as the math fallback the meta device dispatches to (scores
+    written, upcast to fp32, soft-maxed and saved: about ten times the bytes and four times the
+    saved activations of the fused kernel).
+
+    The kernel run is torch's fused CPU kernel, which has a meta kernel and an autograd formula,
+    takes a mask and grouped keys, saves what the GPU's flash kernel saves (the inputs, the
+    output and its log-sum-exp) and is priced by `KernelLog` with the flash kernel's FLOP
+    formulas. A boolean mask becomes its additive bias on the mask's own storage, so a mask
+    broadcast over the heads (a causal LM's) is read, and saved, once: a flash kernel masks by
+    position and reads none. Tensors with data are left to torch's own dispatch.
+
+    Examples
+    --------
+    >>> q = torch.zeros(1, 2, 256, 64, device="meta", dtype=torch.bfloat16)
+    >>> log = KernelLog()
+    >>> with FusedAttention(), log:
+    ...     _ = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    >>> len(log.kernels)  # one kernel; the math fallback launches a dozen
+    1
+    """
+
+    _SDPA = (torch.nn.functional.scaled_dot_product_attention, _aten.scaled_dot_product_attention.default)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in self._SDPA or not args[0].is_meta and not _is_fake(args[0]):
+            return func(*args, **kwargs)
+        q, k, v = args[:3]
+        given = dict(zip(("attn_mask", "dropout_p", "is_causal", "scale"), args[3:]), **kwargs)
+        mask = given.get("attn_mask")
+        if mask is not None and mask.dtype == torch.bool:
+            small = mask[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None)
+                               for st, n in zip(mask.stride(), mask.shape))]
+            mask = torch.zeros(small.shape, dtype=q.dtype, device=q.device).masked_fill(
+                small.logical_not(), float("-inf")).expand(mask.shape)
+        return _aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, given.get("dropout_p", 0.0), given.get("is_causal", False), attn_mask=mask,
+            scale=given.get("scale"))[0]
+
+
+def _is_fake(t: Any) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(t)
 
 
 # -- tracing ------------------------------------------------------------------------------------
@@ -224,7 +280,7 @@ class KernelLog(TorchDispatchMode):
         # prim ops are questions a fake tensor asks (its device), not kernels a GPU launches
         if not self.active or func in _FREE or _is_view(func) or func.namespace == "prim":
             return out
-        packet = func._overloadpacket
+        packet = _FUSED_ON_CPU.get(func._overloadpacket, func._overloadpacket)
         outs = _tensors(out)
         if packet in flop_registry:
             flops = float(flop_registry[packet](*args, **kwargs, out_val=out))

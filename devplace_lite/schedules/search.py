@@ -73,8 +73,9 @@ ENUMERATE = 200_000
 MAX_REPLAYS = 20_000
 #: Recomputation choices (combinations of the ranks' minimal fitting sets) replayed per split at most.
 MAX_CHOICES = 64
-#: ``recompute`` values of `search`: never, or where the memory cap needs it.
-RECOMPUTE = ("never", "auto")
+#: ``recompute`` values of `search`: never, where the memory cap needs it, or on every stage (as
+#: Megatron-LM's published runs recompute every layer).
+RECOMPUTE = ("never", "auto", "all")
 
 
 @dataclass
@@ -454,9 +455,10 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
         Seconds for the whole search; the incumbent and its bound are returned when it runs out
         (status ``time_limit``), once there is one: the first fitting split is always replayed.
     max_replays : int
-    recompute : ``"never"`` or ``"auto"``
+    recompute : ``"never"``, ``"auto"`` or ``"all"``
         ``"auto"``: a split over ``memory`` may recompute activations on some stages (the least
-        step among the fitting choices; see the module docstring). Training only.
+        step among the fitting choices; see the module docstring); ``"all"``: every stage
+        recomputes (the bounds, which count no recomputation, stay lower bounds). Training only.
     least_ranks : int
         The fewest ranks a one-stage-per-rank schedule may use (default 1; a checked run asks
         for 2, so that what it checks is split). The bound and status are over those splits.
@@ -497,11 +499,12 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
     def consider(cuts: list[int], p: int, lb: float = -math.inf) -> None:
         nonlocal replays, partial_choice, partial_lb
         replays += 1
-        sim = evaluate(c, cuts, schedule, p, m, v, training)
+        every = [True] * (p * v) if recompute == "all" and training else None
+        sim = evaluate(c, cuts, schedule, p, m, v, training, recompute=every)
         if memory is None or max(sim.rank_peak_bytes) <= memory:
             keep(cuts, p, sim)
             return
-        if recompute == "never" or not training:
+        if recompute != "auto" or not training:
             return
         choices, complete = recompute_choices(c, cuts, schedule, p, m, memory, v, limit=MAX_CHOICES)
         if not complete:
@@ -584,7 +587,10 @@ def search(c: SegmentCosts, schedule: str, ranks: int, microbatches: int, *, per
         notes.append(f"some split had more than {MAX_CHOICES} combinations of the ranks' minimal recomputation sets: "
                      "each rank took its set of least recomputed forward time there; the bound counts such a "
                      "split at its own bound")
-    if n_rc:
+    if n_rc and recompute == "all":
+        notes.append("every stage recomputes its activations (each of their backwards runs its forward again), "
+                     "as asked")
+    elif n_rc:
         notes.append(f"fits {memory:.0f} bytes per device only with activation recomputation on stage(s) "
                      f"{[s for s, x in enumerate(sim.recompute) if x]} (each of their backwards runs its forward "
                      "again)")
