@@ -76,6 +76,19 @@ def zoo_graph(name: str) -> Graph:
     return load_graph(path)
 
 
+def find_up(relative: str) -> Path | None:
+    """The first path ``relative`` under the working directory or a folder above it (a
+    checkout's ``benchmarks/.../results.json`` from its chapters), or None.
+
+    Examples
+    --------
+    >>> find_up("no/such/file") is None
+    True
+    """
+    here = Path.cwd().resolve()
+    return next((p / relative for p in [here, *here.parents] if (p / relative).exists()), None)
+
+
 def _cell(x: Any, digits: int) -> Any:
     if x is None or (isinstance(x, float) and np.isnan(x)):
         return "–"
