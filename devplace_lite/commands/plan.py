@@ -23,7 +23,7 @@ writes ``DIR/plan.json``, ``DIR/graph.json`` and ``DIR/run_pipeline.py`` (split 
 take several) or ``auto``. The forecast replays the schedule's own action order
 (`devplace_lite.schedules.simulate`) and the split is the one whose replayed step is least
 (`devplace_lite.schedules.search`, proven where the splits can be enumerated, else its gap);
-``--spec A100`` (or V100, H100, H200) times the segments by that GPU's roofline instead of measuring
+``--spec A100`` (or A100-80GB, V100, H100, H200) times the segments by that GPU's roofline instead of measuring
 them here, which plans a GPU pipeline on a laptop; ``auto`` tries every schedule (and, with
 ``--microbatches auto``, every micro-batch count that divides the batch) and keeps the least
 forecast step within ``--memory``.
