@@ -280,7 +280,7 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     from ..pipeline.calibration import calibrate, message_price
-    from ..pipeline.mesh_plan import plan
+    from ..solve import plan
     from ..pipeline.torchrun import launch
     from ..zoo import load
 
