@@ -14,9 +14,12 @@ lower bound behind every answer (a heuristic's included) and a status the bound 
   ``bound_time`` seconds;
 * `bound`: run a bound method of `methods.BOUND` within the budget, keeping what its finished
   steps proved when the budget runs out midway;
+* `plan` / `parallelize`: a model's plan (`devplace_lite.pipeline.mesh_plan.plan`) or one in
+  Piper's format (a method of `methods.PARALLELIZE`) within the whole call's budget, the
+  incumbent and its bound when it runs out; both answer with a `devplace_lite.result.PlanAnswer`
+  (a Piper-format plan no search proved is certified by `multidim.plan.work_bound`);
 * `settle`: a certified gap of zero (within `GAP_TOL`) is ``optimal``, for every method;
-  `verdict` says the same of an answer that is not a `Result` (a model's plan over the mesh
-  shapes it weighed, `devplace_lite.pipeline.mesh_plan`).
+  `verdict` says the same of an answer that is not a `Result` (a plan).
 
 Exactness: ``optimal`` is said only when a proven lower bound meets the objective. The bound is
 on the optimum of the splits the method searches (``Method.split``): the chain optimum for

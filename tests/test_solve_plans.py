@@ -114,7 +114,6 @@ def test_a_model_plan_under_a_short_limit_is_the_incumbent_with_its_bound_on_bot
     assert isinstance(cut, PlanAnswer) and cut.status == "time_limit" and cut.time_limit == 0.01
     assert any(r["status"] == "not tried" for r in cut.mesh["tried"])
     assert cut.bound <= full.objective * (1 + 1e-9) <= cut.objective * (1 + 1e-9)
-    assert cut.objective == pytest.approx(cut.step_ms() + cut.mesh["allreduce_ms"])  # the incumbent's own step
     a = _cli(["plan", spec, "--devices", "8", "--spec", "H100", "--batch", "8", "--time-limit", "0.01",
               "--out", str(tmp_path), "--json"], capsys)
     assert a["status"] == "time_limit" and a["bound"] <= full.objective * (1 + 1e-9) <= a["objective"] * (1 + 1e-9)
