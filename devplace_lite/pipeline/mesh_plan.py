@@ -324,13 +324,15 @@ def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, deg
     # incumbent and bound: the plan is then the incumbent, not proven
     bound = min(r["bound_ms"] for r in rows if "bound_ms" in r)
     cut = any(r["status"] in ("not tried", "time_limit") for r in rows)
-    status, gap = solve.verdict(best["step_ms"], bound, cut_short=cut)
     sh = Shape(best["dp"], best["pp"], best["tp"], best["schedule"], best["per_rank"])
     left = budget.left()
     p = plan_graph(graphs[sh.tp], k=sh.pp, microbatches=microbatches // sh.dp, schedule=sh.schedule, batch=batch // sh.dp,
                    memory=memory, optimizer=optimizer, per_rank=sh.per_rank, recompute=recompute, seed=seed,
                    least_ranks=sh.pp, time_limit=None if left is None else max(left, solve.MIN_SLICE))
     p.dp, p.tp, p.devices = sh.dp, sh.tp, devices
+    # the chosen shape's split is searched again for its plan: a limit that cuts that short too
+    # leaves the plan unproven
+    status, gap = solve.verdict(best["step_ms"], bound, cut_short=cut or bool(p.stopped))
     p.mesh = {"status": status, "step_ms": best["step_ms"], "bound_ms": bound, "gap": gap,
               "allreduce_ms": best["allreduce_ms"], "samples_per_s": best["samples_per_s"], "batch": batch,
               "microbatches": microbatches, "spec": spec, "tried": rows}
