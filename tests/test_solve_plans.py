@@ -141,3 +141,18 @@ def test_a_bad_time_limit_is_one_usage_error_at_either_door():
             solve.parallelize(random_model(1, layers=3), time_limit=bad)
         with pytest.raises(UsageError, match="time limit"):
             solve.plan(None, (), k=2, time_limit=bad)
+
+
+def test_devplace_parallelize_through_solve_imports_neither_torch_nor_the_model_planner(tmp_path):
+    import subprocess
+    import sys
+
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(model_to_dict(random_model(4, layers=5, devices=8))))
+    code = ("import sys; from devplace_lite.cli import main; "
+            f"rc = main(['parallelize', {str(f)!r}, '-q', '--json', '--time-limit', '30']); "
+            "print(rc, sorted(m for m in sys.modules if m == 'torch' or m.startswith('devplace_lite.pipeline')), "
+            "file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stderr.strip().splitlines()[-1] == "0 []", out.stderr
+    assert json.loads(out.stdout)["status"] == "optimal"
