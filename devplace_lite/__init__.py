@@ -127,23 +127,21 @@ def bound(graph: Graph | str | PathLike, cluster: Cluster | None = None, method:
 
 
 def parallelize(model: Any, devices: int | None = None, memory: float | None = None, microbatches: int | None = None,
-                bandwidth: float | None = None, method: str = "exact", time_limit: float | None = None):
-    """Data, tensor and pipeline parallelism planned together under Piper's model: what
-    ``devplace parallelize`` answers (`devplace_lite.multidim.parallelize`: parameters, returns
-    and errors there)."""
-    from .multidim import parallelize as _parallelize
-
-    return _parallelize(model, devices, memory, microbatches, bandwidth, method, time_limit)
+                bandwidth: float | None = None, method: str = "exact", time_limit: float | None = None,
+                spec: str | None = None):
+    """Data, tensor and pipeline parallelism planned together under Piper's model, within the
+    whole call's ``time_limit``: what ``devplace parallelize`` answers (`devplace_lite.solve.parallelize`:
+    parameters, returns and errors there)."""
+    return solve.parallelize(model, devices, memory, microbatches, bandwidth, method, time_limit=time_limit, spec=spec)
 
 
 def plan(model: Any, example_inputs: Sequence[Any], **options: Any):
     """Plan ``model`` for ``k`` pipeline ranks, or for ``devices`` devices with its data, tensor
     and pipeline degrees chosen together: capture, measure, exact split, proven bound, stage memory.
 
-    ``example_inputs`` is one step's batch. Options (``k`` or ``devices`` is required): see
+    ``example_inputs`` is one step's batch. Options (``k`` or ``devices`` is required;
+    ``time_limit``: the whole call's wall seconds): see `devplace_lite.solve.plan` and
     `devplace_lite.pipeline.mesh_plan.plan`. Returns a `PipelinePlan`; ``.write(folder)``
     writes ``plan.json`` and a torchrun script.
     """
-    from .pipeline.mesh_plan import plan as _plan
-
-    return _plan(model, example_inputs, **options)
+    return solve.plan(model, example_inputs, **options)

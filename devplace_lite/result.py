@@ -1,5 +1,7 @@
 """What every method returns: a partitioning method's placement, objective, status and bound
-(`Result`), and a lower-bound method's proven bound (`Bound`).
+(`Result`), a lower-bound method's proven bound (`Bound`), and what every plan answers
+(`PlanAnswer`: a model's `devplace_lite.pipeline.pipeline_plan.PipelinePlan` and a Piper-format
+`devplace_lite.multidim.plan.Result` alike).
 
 `Result.to_json` is the ``--json`` contract of DESIGN.md: ``objective``, ``status``
 (``optimal``, ``feasible``, ``infeasible``, ``unknown``, ``time_limit``), ``bound``, ``gap``,
@@ -94,12 +96,9 @@ class Result:
     @property
     def gap(self) -> float | None:
         """Relative gap ``(objective - bound) / objective``: at most this far from optimal."""
-        if self.objective is None or self.bound is None or not math.isfinite(self.objective) \
-                or self.status in ("infeasible", "unknown"):  # no feasible placement: no gap to state
+        if self.status in ("infeasible", "unknown"):  # no feasible placement: no gap to state
             return None
-        if self.objective <= 0:
-            return 0.0
-        return max(0.0, (self.objective - self.bound) / self.objective)
+        return relative_gap(self.objective, self.bound)
 
     def check(self):
         """The evaluator's verdict on the placement (`devplace_lite.cost.Evaluation`)."""
@@ -130,6 +129,44 @@ class Result:
             out["reason"] = why
         out["placement"] = self.placement
         return out
+
+
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """``(objective - bound) / objective``, at least 0 (0 for an objective of 0); None without
+    a finite objective and bound: how far from optimal an answer is at most.
+
+    >>> relative_gap(10.0, 8.0), relative_gap(10.0, None), relative_gap(0.0, 0.0)
+    (0.2, None, 0.0)
+    """
+    if objective is None or bound is None or not (math.isfinite(objective) and math.isfinite(bound)):
+        return None
+    return 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
+
+
+class PlanAnswer:
+    """What every plan answers, whichever door made it (``devplace plan``, ``devplace
+    parallelize``): ``method``, ``status`` (``optimal`` only when ``bound`` meets ``objective``;
+    ``feasible``, ``time_limit`` with the incumbent, ``infeasible``), ``objective`` (in
+    ``unit``; None without a plan), ``bound`` (a proven lower bound on the optimum, or None),
+    `gap`, and `answer`: those keys as the ``--json`` answers of both commands begin.
+    `devplace_lite.solve.plan` and `devplace_lite.solve.parallelize` make them."""
+
+    #: What ``objective`` and ``bound`` measure.
+    unit: str = ""
+    method: str
+    status: str
+    objective: float | None
+    bound: float | None
+
+    @property
+    def gap(self) -> float | None:
+        """`relative_gap` of the objective and the bound (None without a plan)."""
+        return relative_gap(self.objective, self.bound)
+
+    def answer(self) -> dict[str, Any]:
+        """The keys every plan's JSON shares: method, status, objective, bound, gap, unit."""
+        return {"method": self.method, "status": self.status, "objective": self.objective, "bound": self.bound,
+                "gap": self.gap, "unit": self.unit}
 
 
 BOUND_STATUSES = ("optimal", "time_limit", "infeasible", "trivial")

@@ -14,9 +14,12 @@ lower bound behind every answer (a heuristic's included) and a status the bound 
   ``bound_time`` seconds;
 * `bound`: run a bound method of `methods.BOUND` within the budget, keeping what its finished
   steps proved when the budget runs out midway;
+* `plan` / `parallelize`: a model's plan (`devplace_lite.pipeline.mesh_plan.plan`) or one in
+  Piper's format (a method of `methods.PARALLELIZE`) within the whole call's budget, the
+  incumbent and its bound when it runs out; both answer with a `devplace_lite.result.PlanAnswer`
+  (a Piper-format plan no search proved is certified by `multidim.plan.work_bound`);
 * `settle`: a certified gap of zero (within `GAP_TOL`) is ``optimal``, for every method;
-  `verdict` says the same of an answer that is not a `Result` (a model's plan over the mesh
-  shapes it weighed, `devplace_lite.pipeline.mesh_plan`).
+  `verdict` says the same of an answer that is not a `Result` (a plan).
 
 Exactness: ``optimal`` is said only when a proven lower bound meets the objective. The bound is
 on the optimum of the splits the method searches (``Method.split``): the chain optimum for
@@ -296,3 +299,112 @@ def bound(graph: Graph, cluster: Cluster, method: str = "best", *, time_limit: f
                               + ("the bound is what its finished steps proved" if proven else "it proved no bound"))
         return b
 
+
+
+# -- plans: a model's (`devplace_lite.pipeline`) and Piper's format (`devplace_lite.multidim`) ---------
+def _check_limit(time_limit: float | None) -> None:
+    if time_limit is not None and not (isinstance(time_limit, (int, float)) and math.isfinite(time_limit)
+                                       and time_limit > 0):
+        from .errors import UsageError
+
+        raise UsageError(f"time limit must be a positive number of seconds, got {time_limit}")
+
+
+def parallelize(model, devices: int | None = None, memory: float | None = None, microbatches: int | None = None,
+                bandwidth: float | None = None, method: str = "exact", *, time_limit: float | None = None,
+                progress: Callable | None = None, spec: str | None = None, started: float | None = None):
+    """A method of `methods.PARALLELIZE` (data, tensor and pipeline degrees under Piper's model),
+    within a whole-call budget, certified and settled: what ``devplace parallelize`` answers.
+
+    Parameters
+    ----------
+    model : `devplace_lite.multidim.Model`, or the path of Piper's JSON input or of a placement
+        graph (`devplace_lite.multidim.load_model`).
+    devices, memory, microbatches, bandwidth : cluster values replacing the model's (``k``,
+        bytes per device, micro-batches per batch ``N``, bytes per second).
+    method : a name of `methods.PARALLELIZE`.
+    time_limit : wall seconds for the whole call (reading the file included) from ``started``
+        (`time.monotonic`; default now); an anytime method gets what is left, and when it runs
+        out the answer is the incumbent (the best baseline plan), its bound and status
+        ``time_limit``. None: no limit.
+    progress : called with the fraction done.
+    spec : for a placement graph: the GPUs it is planned for.
+
+    Returns
+    -------
+    `devplace_lite.multidim.plan.Result` (a `devplace_lite.result.PlanAnswer`): a plan with an
+    objective carries a proven ``bound`` (the method's, else the closed-form
+    `multidim.plan.work_bound`) and its status by `verdict`; ``infeasible`` is the method's.
+
+    Raises
+    ------
+    UsageError, GraphError, LimitError
+        An unknown method, a bad model, file or cluster value, or too many ideals.
+
+    Examples
+    --------
+    >>> from devplace_lite.multidim.generate import random_model
+    >>> r = parallelize(random_model(1, layers=4), devices=4)
+    >>> r.status, r.bound == r.objective
+    ('optimal', True)
+    """
+    from .errors import UsageError
+    from .multidim import Model, load_model
+    from .multidim.plan import work_bound
+
+    budget = Budget(time_limit, time.monotonic() if started is None else started)
+    entry = methods.entry(methods.PARALLELIZE, method)
+    _check_limit(time_limit)
+    if not isinstance(model, Model):
+        model = load_model(model, spec=spec, devices=devices)
+    elif spec is not None:
+        raise UsageError("spec converts a placement graph; a Model carries its own cluster")
+    model = model.with_cluster(devices, memory, bandwidth, microbatches)
+    if entry.limit == "anytime":
+        r = entry.load()(model, time_limit=budget.left(), progress=progress)
+    else:  # a polynomial baseline does not watch the clock
+        r = entry.load()(model)
+    if r.objective is not None:
+        proven = work_bound(model)
+        r.bound = proven if r.bound is None else max(r.bound, proven)
+        r.status, _ = verdict(r.objective, r.bound, cut_short=r.status == "time_limit")
+    r.seconds = time.monotonic() - budget.started
+    return r
+
+
+def plan(model, example_inputs, *, time_limit: float | None = None, started: float | None = None, **options):
+    """A model's plan (`devplace_lite.pipeline.mesh_plan.plan`: ``k`` pipeline ranks, or
+    ``devices`` with data, tensor and pipeline degrees chosen together) within a whole-call
+    budget: what ``devplace plan`` answers.
+
+    Parameters
+    ----------
+    model, example_inputs : an ``nn.Module`` and one step's whole batch.
+    time_limit : wall seconds for the whole call (capture, measurement, every search, the
+        certificate) from ``started`` (`time.monotonic`; default now): each step gets its share
+        of what is left, and a step it cuts short keeps its incumbent and bound, the status then
+        ``time_limit``. None: no limit.
+    **options : the planner's (``k`` or ``devices``, ``microbatches``, ``schedule``, ``memory``, ...).
+
+    Returns
+    -------
+    `devplace_lite.pipeline.pipeline_plan.PipelinePlan` (a `devplace_lite.result.PlanAnswer`):
+    its ``objective``, ``bound`` and ``status`` (by `verdict` over the mesh shapes, or the
+    certified split's) and ``time_limit``.
+
+    Raises
+    ------
+    UsageError
+        A bad option or time limit.
+    GraphError
+        A model torch.export does not capture, or no plan fits the memory.
+    """
+    # the model planner calls this module for its chain split: imported here, on call, so that
+    # importing the front door loads neither the planner nor torch
+    from .pipeline.mesh_plan import plan as plan_model
+
+    _check_limit(time_limit)
+    budget = Budget(time_limit, time.monotonic() if started is None else started)
+    p = plan_model(model, example_inputs, time_limit=time_limit, started=budget.started, **options)
+    p.time_limit = time_limit
+    return p

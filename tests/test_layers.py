@@ -62,7 +62,16 @@ def _resolve(name: str) -> str | None:
     return name
 
 
-def import_graph() -> nx.DiGraph:
+#: Calls down from the front door into the model planner above it: `solve.plan` runs the planner
+#: under its budget, and the planner calls `solve` back for its chain split and its Budget (issue
+#: 41: solve owns the budget and status of every plan). The one edge that reaches up, and the
+#: one cycle, by design: imported inside the function only (`test_the_front_doors_call_up_on_call_only`),
+#: so that importing `solve` loads no planner and no torch.
+FRONT_DOOR_CALLS = {("solve", "pipeline.mesh_plan")}
+
+
+def import_graph(calls: bool = False) -> nx.DiGraph:
+    """The package's import graph; without ``calls``, less `FRONT_DOOR_CALLS`."""
     g = nx.DiGraph()
     for mod, path in MODULES.items():
         g.add_node(mod)
@@ -81,7 +90,8 @@ def import_graph() -> nx.DiGraph:
                 names = [a.name[len("devplace_lite."):] for a in node.names if a.name.startswith("devplace_lite.")]
             for name in names:
                 target = _resolve(name)
-                if target is not None and target != mod and not mod.startswith(target + "."):
+                if target is not None and target != mod and not mod.startswith(target + ".") \
+                        and (calls or (mod, target) not in FRONT_DOOR_CALLS):
                     g.add_edge(mod, target)
     return g
 
@@ -115,6 +125,22 @@ def layer(mod: str) -> int:
 def test_every_module_has_a_layer():
     for mod in MODULES:
         layer(mod)
+
+
+def test_the_front_doors_call_up_on_call_only():
+    """`FRONT_DOOR_CALLS` are imports inside a function, never at module level, and importing the
+    front door loads none of their targets."""
+    g = import_graph(calls=True)
+    for a, b in FRONT_DOOR_CALLS:
+        assert g.has_edge(a, b), f"{a} no longer imports {b}: drop it from FRONT_DOOR_CALLS"
+        top = ast.parse(MODULES[a].read_text(encoding="utf-8")).body
+        at_top = [n for n in top if isinstance(n, (ast.Import, ast.ImportFrom)) and ".pipeline" in ast.unparse(n)]
+        assert not at_top, f"{a} imports {b} at module level"
+    code = ("import sys, devplace_lite.solve; "
+            "print(sorted(m for m in sys.modules if m.startswith('devplace_lite.pipeline') or m == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_no_module_imports_from_a_layer_above_its_own():

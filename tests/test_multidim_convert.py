@@ -14,7 +14,8 @@ from devplace_lite import load_graph
 from devplace_lite.errors import GraphError, UsageError
 from devplace_lite.generators import generate
 from devplace_lite.graph import Graph, Node
-from devplace_lite.multidim import evaluate, parallelize
+from devplace_lite.multidim import evaluate
+from devplace_lite.solve import parallelize
 from devplace_lite.multidim.convert import from_graph, split_kinds
 from devplace_lite.multidim.model import model_from_dict, model_to_dict
 

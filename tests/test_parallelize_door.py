@@ -10,7 +10,8 @@ import pytest
 
 from devplace_lite.devices import SPECS
 from devplace_lite.errors import GraphError, UsageError
-from devplace_lite.multidim import EXAMPLE, load_model, parallelize
+from devplace_lite.multidim import EXAMPLE, load_model
+from devplace_lite.solve import parallelize
 from devplace_lite.multidim.convert import DP_BANDWIDTH, TP_BANDWIDTH, from_graph
 from test_parallelize import _cli
 

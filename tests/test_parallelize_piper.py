@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from devplace_course.reference import PIPER_COMMIT, piper_dir
-from devplace_lite.multidim import parallelize
+from devplace_lite.solve import parallelize
 from devplace_lite.multidim.model import read_model
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "parallelize" / "results.json"

@@ -135,7 +135,7 @@ def unequal_graph(unequal_capture):
 @pytest.mark.parametrize("k", [2, 3])
 def test_plan_is_the_best_split_point_plan_and_the_bound_is_below_it(unequal_graph, k):
     p = plan_graph(unequal_graph, k=k, microbatches=4)
-    assert p.result.status == "optimal" and p.bound.bound <= p.result.objective * (1 + 1e-9)
+    assert p.result.status == "optimal" and p.bound <= p.result.objective * (1 + 1e-9)
     assert 0.0 <= p.gap <= 1.0
     n = len(p.names)
     best = min(evaluate(p.chain, p.cluster, stage_assignment(p, [sum(i >= c for c in cuts) for i in range(n)])).max_load

@@ -110,7 +110,7 @@ def test_the_library_plan_counts_from_its_start(tmp_path):
     assert p.status == ("time_limit" if p.stopped else p.result.status)
     a = p.to_json()
     assert _replayed_step(a, p.graph) == pytest.approx(p.step_ms(), rel=1e-12)
-    assert p.search.bound_ms <= p.step_ms() * (1 + 1e-12) and p.bound.bound <= p.result.objective * (1 + 1e-9)
+    assert p.search.bound_ms <= p.step_ms() * (1 + 1e-12) and p.bound <= p.result.objective * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e10", "soon", ""])

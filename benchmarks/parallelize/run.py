@@ -7,7 +7,7 @@ devices, micro-batches, memory per device; bandwidth 25 GiB/s as in its experime
   folder, never into the project) with `piper_driver.cpp`, built with ``g++ -O3``; one planning
   call, CPU seconds by its own ``clock()``;
 * ours, in this process: ``exact`` (exact knapsack) and ``piper`` (Piper's greedy knapsack rule),
-  CPU seconds by ``time.process_time`` around `devplace_lite.multidim.parallelize` on the
+  CPU seconds by ``time.process_time`` around `devplace_lite.solve.parallelize` on the
   model already read (numba's compiled code is loaded once by a warm-up call before any timing,
   as Piper's binary is compiled before its run: that load is reported on its own line);
 
@@ -122,7 +122,7 @@ def load_model(key: str, transformers: int, binary: Path | None, tmp: Path):
 
 
 def run_ours(model, k: int, n: int, gb: float, method: str, label: str, detail: bool = False) -> dict:
-    from devplace_lite.multidim import parallelize
+    from devplace_lite.solve import parallelize
 
     t0 = time.process_time()
     r = parallelize(model, devices=k, microbatches=n, memory=gb * GIB, bandwidth=BANDWIDTH, method=method)
@@ -211,7 +211,7 @@ def render(rows: list[dict], meta: dict) -> str:
 def run_baselines() -> int:
     """Time per sample of the exact plan and of each baseline against devices (BERT-32)."""
     from devplace_lite.io import write_json_atomic
-    from devplace_lite.multidim import parallelize
+    from devplace_lite.solve import parallelize
 
     model = load_model("bert", 32, None, HERE)
     rows = []
@@ -289,7 +289,7 @@ def main(argv=None) -> int:
         return 0
     if a.baselines:
         return run_baselines()
-    from devplace_lite.multidim import parallelize
+    from devplace_lite.solve import parallelize
     from devplace_lite.multidim.generate import random_model
 
     t0 = time.process_time()

@@ -9,9 +9,11 @@ FILE is in Piper's input format (msr-fiddle/piper; an example: ``data/paralleliz
 placement graph (``data/graphs/``, ``devplace profile``), which `devplace_lite.multidim.convert`
 turns into Piper's model with Megatron-style tensor-parallel variants, for ``--spec``'s GPUs
 (their memory, NVLink inside a node, the network between nodes); the options replace the
-file's cluster values. The answer: the time per sample (Piper's objective), the status (``optimal``,
-``infeasible`` with the reason, ``time_limit`` with the incumbent, ``feasible`` for a baseline)
-and the stages (layers, data-parallel and tensor-parallel degrees, recomputed layers, memory).
+file's cluster values. The answer (`devplace_lite.solve.parallelize`; its JSON begins with the keys of every plan,
+as ``devplace plan --json``'s does: method, status, objective, bound, gap, unit): the time per
+sample (Piper's objective), its proven bound, the status (``optimal``, ``infeasible`` with the
+reason, ``time_limit`` with the incumbent when ``--time-limit`` runs out, ``feasible`` with its
+gap) and the stages (layers, data-parallel and tensor-parallel degrees, recomputed layers, memory).
 Bad input: one line on stderr, exit status 2. torch is never imported.
 """
 
@@ -61,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..files import check_output
-    from ..multidim import parallelize
+    from ..solve import parallelize
     from ..progress import Progress, shown
 
     if args.out:
@@ -69,15 +71,17 @@ def run(args: argparse.Namespace) -> int:
     with shown(not args.quiet), Progress(total=1000, desc="parallelize", unit="%") as bar:
         r = parallelize(args.file, devices=args.devices, memory=args.memory, microbatches=args.microbatches,
                         bandwidth=args.bandwidth, method=args.method, time_limit=args.time_limit, spec=args.spec,
-                        progress=lambda f: bar.update(int(1000 * f)))
+                        progress=lambda f: bar.update(int(1000 * f)), started=getattr(args, "started", None))
     answer = r.to_dict()
     if emit(answer, args):
         return 0
     if r.objective is None:
         print(f"{r.method}: {r.status}: no plan ({r.reason})")
         return 0
+    gap = "unknown" if r.gap is None else f"{100 * r.gap:.2g} %"
+    bound = "none" if r.bound is None else f"{r.bound:.6g} s"
     print(f"{r.method}: {r.status}, time per sample {r.objective:.6g} s on "
-          f"{answer['devices_used']} devices, {len(r.stages)} stage(s)")
+          f"{answer['devices_used']} devices, {len(r.stages)} stage(s); proven bound {bound}, gap {gap}")
     for i, s in enumerate(r.stages):
         rec = f", recomputed {s.recomputed}" if s.recomputed else ""
         print(f"  stage {i}: layers {list(s.layers)}, d={s.data_parallel}, t={s.tensor_parallel}, "

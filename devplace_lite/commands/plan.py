@@ -165,7 +165,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(with --schedule auto the choices share it); a step it cuts short keeps its incumbent "
                              "and the answer says status time_limit and what was not tried. --run and --calibrate "
                              "runs (and their probe of torch's runtime) come outside it, each within --timeout. "
-                             "Default: none (each step stops at its own 10 s)")
+                             "Default: none (with -k each step stops at its own 10 s; with --devices each mesh shape's "
+                             "search runs to its end)")
     parser.add_argument("--repeats", type=options.POSITIVE, default=5, help="timed runs per segment, >= 1 (default 5)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="seed of the model's weights and inputs")
     parser.add_argument("--out", dest="folder", default="devplace-plan",
@@ -280,7 +281,7 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     from ..pipeline.calibration import calibrate, message_price
-    from ..pipeline.mesh_plan import plan
+    from ..solve import plan
     from ..pipeline.torchrun import launch
     from ..zoo import load
 

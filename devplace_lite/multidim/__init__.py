@@ -1,9 +1,10 @@
 """Data, tensor and pipeline parallelism planned together: Piper's model and an exact planner.
 
-`parallelize` reads (or takes) a model in Piper's JSON format, or a placement graph that
-`convert.from_graph` turns into one (`load_model`), optionally overrides the cluster values,
-and returns a `Result`: the time per sample (Piper's objective), a status and
-the stages. Methods (the registry `devplace_lite.methods.PARALLELIZE`): ``exact`` (the DP over ideals
+`load_model` reads a model in Piper's JSON format, or a placement graph that
+`convert.from_graph` turns into one; `devplace_lite.solve.parallelize` (the front door: the
+whole call's budget, the certificate, the status) plans it with a method of the registry and
+answers with a `Result`: the time per sample (Piper's objective), a status and the stages.
+Methods (the registry `devplace_lite.methods.PARALLELIZE`): ``exact`` (the DP over ideals
 with an exact knapsack per stage, proven optimal: `plan_optimal`), ``piper`` (the same DP with
 Piper's greedy knapsack rule, what its program computes: `plan_piper`), and the baselines
 ``pipeline`` (pipeline only: d = t = 1), ``data`` (data parallelism only: one stage, t = 1) and
@@ -13,9 +14,8 @@ Multidimensional Planner for DNN Parallelization", NeurIPS 2021.
 
 Example
 -------
->>> from devplace_lite.multidim import parallelize
 >>> from devplace_lite.multidim.generate import random_model
->>> r = parallelize(random_model(1, layers=4), devices=4)
+>>> r = plan_optimal(random_model(1, layers=4).with_cluster(devices=4))
 >>> r.status, r.objective is not None
 ('optimal', True)
 """
@@ -23,14 +23,12 @@ Example
 from __future__ import annotations
 
 import os
-import time
 
-from .. import methods
 from ..errors import GraphError, UsageError
 from .model import Model, read_model, repeat_layer
 from .plan import Result, Stage, evaluate
 
-__all__ = ["Model", "Result", "Stage", "evaluate", "load_model", "parallelize", "plan_optimal", "plan_piper",
+__all__ = ["Model", "Result", "Stage", "evaluate", "load_model", "plan_optimal", "plan_piper",
            "read_model", "repeat_layer"]
 
 #: Where Piper's input format is shown by example (``devplace convert GRAPH OUT --to piper`` made it).
@@ -84,56 +82,6 @@ def load_model(path: str | os.PathLike, *, spec: str | None = None, devices: int
     except GraphError as e:
         raise GraphError(f"{path}: {e}") from None
     return from_graph(graph, spec=spec, **({} if devices is None else {"devices": devices}))
-
-
-def parallelize(model: Model | str | os.PathLike, devices: int | None = None, memory: float | None = None,
-                microbatches: int | None = None, bandwidth: float | None = None, method: str = "exact",
-                time_limit: float | None = None, progress=None, spec: str | None = None) -> Result:
-    """Plan data, tensor and pipeline parallelism for ``model`` under Piper's model.
-
-    Parameters
-    ----------
-    model : Model or path
-        A `Model`, or the path of Piper's JSON input file or of a placement graph (`load_model`).
-    devices, memory, microbatches, bandwidth : optional
-        Cluster values replacing the model's (devices ``k``, bytes per device, micro-batches per
-        batch ``N``, bytes per second).
-    method : str
-        A name of `devplace_lite.methods.PARALLELIZE` (module docstring).
-    time_limit : float, optional
-        Wall seconds for the whole call; past it the status is ``time_limit`` and the best
-        baseline plan is returned as the incumbent.
-    spec : str, optional
-        For a placement graph: the GPUs it is planned for (`load_model`).
-    progress : callable, optional
-        Called with the fraction done.
-
-    Returns
-    -------
-    Result
-        ``objective`` (time per sample, None when no plan fits), ``status`` (``optimal``,
-        ``infeasible`` with ``reason``, ``time_limit``, or ``feasible`` for a baseline), stages.
-
-    Raises
-    ------
-    UsageError, GraphError, LimitError
-        On an unknown method, a bad model or cluster value, or too many ideals.
-    """
-    start = time.monotonic()
-    entry = methods.entry(methods.PARALLELIZE, method)
-    if time_limit is not None and not time_limit > 0:
-        raise UsageError(f"time limit must be positive, got {time_limit}")
-    if not isinstance(model, Model):
-        model = load_model(model, spec=spec, devices=devices)
-    elif spec is not None:
-        raise UsageError("spec converts a placement graph; a Model carries its own cluster")
-    model = model.with_cluster(devices, memory, bandwidth, microbatches)
-    if entry.limit == "anytime":
-        r = entry.load()(model, time_limit=time_limit, progress=progress)
-    else:  # a polynomial baseline does not watch the clock
-        r = entry.load()(model)
-    r.seconds = time.monotonic() - start
-    return r
 
 
 def plan_optimal(model: Model, *, time_limit: float | None = None, progress=None, knapsack: str = "exact") -> Result:

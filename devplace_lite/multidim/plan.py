@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from ..result import PlanAnswer
 from .model import Model
 
 
@@ -51,11 +52,13 @@ class Stage:
 
 
 @dataclass
-class Result:
-    """The answer of `devplace_lite.parallelize`: ``objective`` is None unless a plan was found."""
+class Result(PlanAnswer):
+    """The answer of `devplace_lite.parallelize` (a `PlanAnswer`: its fields and ``--json`` keys
+    are every plan's): ``objective`` (seconds per sample) is None unless a plan was found."""
 
+    unit = "s per sample"
     method: str
-    status: str  # "optimal", "infeasible", "time_limit" or "feasible" (a baseline's plan)
+    status: str  # "optimal", "infeasible", "time_limit" or "feasible"
     objective: float | None
     stages: list[Stage] = field(default_factory=list)
     reason: str | None = None
@@ -63,17 +66,33 @@ class Result:
     seconds: float = 0.0
     stats: dict = field(default_factory=dict)
 
-    @property
-    def gap(self) -> float | None:
-        if self.objective is None or self.bound is None or self.objective == 0:
-            return None
-        return (self.objective - self.bound) / self.objective
-
     def to_dict(self) -> dict:
-        return {"method": self.method, "status": self.status, "objective": self.objective,
-                "bound": self.bound, "gap": self.gap, "reason": self.reason,
+        return {**self.answer(), "reason": self.reason,
                 "devices_used": sum(s.data_parallel * s.tensor_parallel for s in self.stages),
                 "stages": [s.to_dict() for s in self.stages], "seconds": self.seconds, "stats": self.stats}
+
+
+def work_bound(model: Model) -> float:
+    """A proven lower bound on the time per sample of every plan of ``model`` (memory aside):
+    stage ``i`` runs on ``d_i t_i`` devices for at least ``sum_v p_v(t_i) / d_i`` (its
+    communication adds to it), so ``k T >= sum_i d_i t_i T >= sum_v min_t t p_v(t)`` over the
+    plan's ``sum d_i t_i <= k`` devices: ``T >= sum_v min_{t, TMPC} t p_v / k``. Closed form,
+    ``O(TMPCs)``; what certifies a plan that no search proved (a baseline's, a greedy knapsack's,
+    the incumbent when the time ran out).
+
+    >>> from devplace_lite.multidim.generate import random_model
+    >>> from devplace_lite.multidim.planner import plan_exact
+    >>> m = random_model(1, layers=4, devices=4)
+    >>> 0 < work_bound(m) <= plan_exact(m).objective
+    True
+    """
+    work = 0.0
+    for x in model.layers:
+        options = [t * o.time_per_sample for t, opts in x.tmpcs.items() for o in opts]
+        if not options:  # a layer with no TMPC: no plan at all, nothing to bound
+            return math.inf
+        work += min(options)
+    return work / model.devices
 
 
 def stage_time(model: Model, layers: set[int], d: int, t: int, tmpcs: dict[int, str]) -> tuple[float, float, float]:

@@ -34,8 +34,10 @@ search each shape gets a bound that needs none (`schedules.search.quick_bound`: 
 rank's least work, plus that least all-reduce); shapes are searched in that bound's order and
 one whose bound reaches the best step found is not searched (status ``bounded``: proven no
 better). The plan is ``optimal`` when its step is at most every shape's bound, else
-``feasible`` with its gap to the least bound (``time_limit`` when the limit left shapes
-unsearched).
+``feasible`` with its gap to the least bound (``time_limit`` when the time limit left shapes
+unsearched, which keep their quick bound, or cut a shape's search short, which keeps its
+incumbent and bound). With a limit each shape's search gets its share of what is left (the
+first shape is searched whatever is left); without one, each runs to its end.
 
 Complexity: at most one schedule search per mesh shape and schedule, ``O(d(N)^2)`` shapes for
 ``N`` with ``d(N)`` divisors, plus ``O(n)`` per shape for its bound; the capture and the
@@ -61,7 +63,7 @@ from ..graph import Graph
 from ..schedules.simulate import SCHEDULES, stage_to_rank, stages_per_rank
 from .costs import OPTIMIZERS, segment_costs
 from .pipeline_plan import PipelinePlan
-from .planner import plan_graph, STEP_SECONDS
+from .planner import plan_graph
 from .tp_cost import allreduce_ms, link_for
 
 
@@ -270,15 +272,17 @@ def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, deg
     incumbent = math.inf
     for i, sh in enumerate(todo):
         left = budget.left()
-        if left is not None and left <= 0:
-            rows += [{**_shape(s), "status": "not tried"} for s in todo[i:]]
+        if i and budget.spent():  # the first shape is always searched; the others keep their quick bound
+            rows += [{**_shape(s), "status": "not tried", "bound_ms": quick[s]} for s in todo[i:]]
             break
         if quick[sh] >= incumbent:
             rows.append({**_shape(sh), "status": "bounded", "bound_ms": quick[sh]})
             continue
         g = graphs[sh.tp]
         costs = segment_costs(g, optimizer, microbatches // sh.dp)
-        share = STEP_SECONDS if left is None else max(left / (len(todo) - i), solve.MIN_SLICE)
+        # its share of what the caller's budget leaves; without a limit it runs to its end (the
+        # enumeration, or the local search's replay budget)
+        share = math.inf if left is None else max(left / (len(todo) - i), solve.MIN_SLICE)
         try:
             found = search(costs, sh.schedule, sh.pp, microbatches // sh.dp, per_rank=sh.per_rank,
                            training=g.is_training, memory=memory, recompute=recompute, least_ranks=sh.pp,
@@ -316,15 +320,19 @@ def plan_mesh(graph: Graph, shares: dict[str, list[float]], *, devices: int, deg
                          f"{proven} of {len(rows)} shape(s) proven not to, the search of the others found no split "
                          "that fits (unproven); way out: more devices or fewer micro-batches in flight")
     best = min(done, key=lambda r: (r["step_ms"], r["tp"], r["pp"]))
-    untried = any(r["status"] == "not tried" for r in rows)
-    bound = None if untried else min(r["bound_ms"] for r in rows if "bound_ms" in r)
-    status, gap = solve.verdict(best["step_ms"], bound, cut_short=untried)
+    # a shape the limit left unsearched keeps its quick bound, one whose search it cut short its
+    # incumbent and bound: the plan is then the incumbent, not proven
+    bound = min(r["bound_ms"] for r in rows if "bound_ms" in r)
+    cut = any(r["status"] in ("not tried", "time_limit") for r in rows)
     sh = Shape(best["dp"], best["pp"], best["tp"], best["schedule"], best["per_rank"])
     left = budget.left()
     p = plan_graph(graphs[sh.tp], k=sh.pp, microbatches=microbatches // sh.dp, schedule=sh.schedule, batch=batch // sh.dp,
                    memory=memory, optimizer=optimizer, per_rank=sh.per_rank, recompute=recompute, seed=seed,
                    least_ranks=sh.pp, time_limit=None if left is None else max(left, solve.MIN_SLICE))
     p.dp, p.tp, p.devices = sh.dp, sh.tp, devices
+    # the chosen shape's split is searched again for its plan: a limit that cuts that short too
+    # leaves the plan unproven
+    status, gap = solve.verdict(best["step_ms"], bound, cut_short=cut or bool(p.stopped))
     p.mesh = {"status": status, "step_ms": best["step_ms"], "bound_ms": bound, "gap": gap,
               "allreduce_ms": best["allreduce_ms"], "samples_per_s": best["samples_per_s"], "batch": batch,
               "microbatches": microbatches, "spec": spec, "tried": rows}

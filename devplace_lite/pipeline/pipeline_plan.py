@@ -22,6 +22,7 @@ from ..cost import device_loads
 from ..devices import Cluster
 from ..errors import UsageError
 from ..graph import Graph
+from ..result import PlanAnswer
 from ..schedules.search import SegmentCosts, SplitSearch, evaluate, stage_times
 from ..schedules.simulate import SCHEDULES as _SCHEDULES
 from ..schedules.simulate import stage_to_rank
@@ -32,8 +33,9 @@ PLAN_FILES = {"plan": "plan.json", "graph": "graph.json", "script": "run_pipelin
 
 
 @dataclass
-class PipelinePlan:
-    """A model's pipeline plan: segments, the chosen split, its certificate and its memory.
+class PipelinePlan(PlanAnswer):
+    """A model's pipeline plan: segments, the chosen split, its certificate and its memory; a
+    `PlanAnswer` (``objective``, ``bound``, ``status``, ``gap``: see `objective`).
 
     ``stage_of[i]`` is the stage of segment ``i``; times are ms per micro-batch (thread CPU
     time of one thread, CUDA events, or a GPU's roofline: ``graph.meta["clock"]``), memory in
@@ -44,7 +46,8 @@ class PipelinePlan:
     chain: Graph
     cluster: Cluster
     result: Any
-    bound: Any
+    #: The proven lower bound on the split's bottleneck (`devplace_lite.result.Bound`).
+    certificate: Any
     stage_of: list[int]
     schedule: str
     microbatches: int
@@ -86,6 +89,8 @@ class PipelinePlan:
     #: step with the data-parallel all-reduce, the bound and the status over shapes.
     devices: int | None = None
     mesh: dict[str, Any] | None = None
+
+    unit = "ms"
 
     # -- structure
     @property
@@ -230,20 +235,26 @@ class PipelinePlan:
         return out
 
     @property
+    def objective(self) -> float | None:
+        """What ``status`` and ``bound`` are about: a mesh plan's forecast step with its
+        data-parallel all-reduce (ms), else the split's least bottleneck (ms per micro-batch)."""
+        return self.mesh["step_ms"] if self.mesh is not None else self.result.objective
+
+    @property
+    def bound(self) -> float | None:
+        """A proven lower bound on the optimum of `objective` (None where the certificate proved none)."""
+        if self.mesh is not None:
+            return self.mesh["bound_ms"]
+        return self.certificate.bound if math.isfinite(self.certificate.bound) else None
+
+    @property
     def status(self) -> str:
         """``time_limit`` when the time limit cut a step short (the plan is the incumbent, not
-        proven), else the partitioning method's status (certified by ``bound``); a mesh plan's
-        is its status over mesh shapes (`mesh_plan.plan_mesh`)."""
+        proven), else the partitioning method's status (certified by ``certificate``); a mesh
+        plan's is its status over mesh shapes (`mesh_plan.plan_mesh`, by `devplace_lite.solve.verdict`)."""
         if self.mesh is not None:
             return self.mesh["status"]
         return "time_limit" if self.stopped else self.result.status
-
-    @property
-    def gap(self) -> float | None:
-        obj, lb = self.result.objective, self.bound.bound
-        if obj is None or not math.isfinite(lb):
-            return None
-        return 0.0 if obj <= 0 else max(0.0, (obj - lb) / obj)
 
     def forecast(self) -> dict[str, Any]:
         """Per stage and per rank, what the replay of the schedule forecasts (ms, bytes)."""
@@ -260,17 +271,20 @@ class PipelinePlan:
                            for r, a, t0, t1 in sim.events]}
 
     def to_json(self) -> dict[str, Any]:
+        """The plan's ``--json`` answer: `PlanAnswer.answer`'s keys (those of every plan), then the
+        model's: segments, split, the split's own ``objective_ms`` and ``bound_ms``, forecast, memory."""
         return {
+            **self.answer(),
             "model": self.model_spec or self.graph.meta.get("model"), "capture": self.capture_how, "notes": self.notes,
             "segments": len(self.names), "segment_names": self.names, "granularity": self.graph.meta["granularity"],
             "training": self.training, "batch": self.batch, "microbatches": self.microbatches,
             "microbatch": self.batch // self.microbatches, "schedule": self.schedule, "optimizer": self.optimizer,
             "k": self.k or self.cluster.accelerators, "stages": self.num_stages, "split_spec": self.split_spec,
             "split_points": self.split_points, "stage_segments": self.stage_segments, "method": self.method,
-            "method_reason": self.method_reason, "status": self.status, "method_status": self.result.status,
-            "objective_ms": self.result.objective,
-            "bound_ms": self.bound.bound, "bound_method": self.bound.method, "bound_status": self.bound.status,
-            "gap": self.gap, "forecast": self.forecast(),
+            "method_reason": self.method_reason, "method_status": self.result.status,
+            "objective_ms": self.result.objective, "bound_ms": self.certificate.bound,
+            "bound_method": self.certificate.method, "bound_status": self.certificate.status,
+            "forecast": self.forecast(),
             "torch_schedule": _SCHEDULES[self.schedule].torch_class, "ranks": self.ranks,
             "stages_per_rank": self.per_rank, "stage_to_rank": self.stage_ranks,
             "schedule_search": None if self.search is None else self.search.to_json(),

@@ -240,7 +240,7 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
     left = budget.left()
     bound = certify(graph, Cluster(accelerators=stages, cpus=0), time_limit=STEP_SECONDS if left is None else left,
                     upper=res.objective if start is not None else None)
-    plan = PipelinePlan(graph=graph, chain=chain, cluster=cluster, result=res, bound=bound, stage_of=found.stage_of,
+    plan = PipelinePlan(graph=graph, chain=chain, cluster=cluster, result=res, certificate=bound, stage_of=found.stage_of,
                         schedule=schedule, microbatches=microbatches, batch=batch or microbatches * graph.meta["batch"],
                         optimizer=optimizer, memory=memory, method=method, method_reason=why,
                         capture_how=graph.meta.get("capture", "torch.export"), notes=list(graph.meta.get("notes", [])),
