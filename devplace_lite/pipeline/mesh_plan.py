@@ -494,6 +494,7 @@ def mesh_profile(model: Any, inputs: tuple, *, microbatches: int, training: bool
     """
     from .capture import exported_graph, without_cache
     from .planner import segment_profile
+    from .repeat import expand_plan, expand_shares, truncated
     from .tensor_parallel import find
     from .tp_cost import segment_shares
 
@@ -504,8 +505,17 @@ def mesh_profile(model: Any, inputs: tuple, *, microbatches: int, training: bool
     t0 = time.monotonic()
     # a batch of one hides the batch dimension among size-one dimensions (`tensor_parallel`)
     rows = min(batch, 2)
-    gm = exported_graph(model, tuple(t[:rows] for t in inputs))
-    tpp = find(gm)
-    shares = segment_shares(model, gm, tpp, graph.meta["segments"]["names"], scale=batch / microbatches / rows)
+    example, scale = tuple(t[:rows] for t in inputs), batch / microbatches / rows
+    cut, tpp = cap.repeated, None
+    if cut is not None:  # the capture stood a cut model for the whole one: find the groups on it too
+        with truncated(model, cut.stack):
+            gm = exported_graph(model, example)
+            small = find(gm)
+            shares = expand_shares(segment_shares(model, gm, small, cut.names, scale=scale), cut.where)
+        tpp = expand_plan(small, cut.stack)
+    if tpp is None:
+        gm = exported_graph(model, example)
+        tpp = find(gm)
+        shares = segment_shares(model, gm, tpp, graph.meta["segments"]["names"], scale=scale)
     seconds["tensor_parallel"] = time.monotonic() - t0
     return graph, shares, tpp, cap, seconds
