@@ -324,18 +324,23 @@ def expand_plan(tpp: Any, stack: Stack) -> Any | None:
         return None
 
     def at(mods: Sequence[str], j: int) -> list[str]:
-        return [_renamed(m, stack, j) for m in mods]
+        return [m if _layer_of(m, stack) is None else _renamed(m, stack, j) for m in mods]
 
-    def spread(items: list, mods_of, rebuild) -> list:
-        out = []
-        for k_want, js in ((None, [None]), (0, [0]), (1, range(1, stack.count - 1)), (KEEP - 1, [stack.count - 1])):
-            for it in items:
-                if layer(mods_of(it)) == k_want:
-                    out += [it if j is None else rebuild(it, j) for j in js]
-        return out
+    def spread(items: list, mods_of, rebuild) -> list | None:
+        """Items in the whole model's order: those before the stack, layer by layer, those after."""
+        ks = [layer(mods_of(it)) for it in items]
+        inside = [i for i, k in enumerate(ks) if k is not None]
+        if inside and any(ks[i] is None for i in range(inside[0], inside[-1] + 1)):
+            return None  # an item outside the stack between two layers' items
+        out = [it for i, (it, k) in enumerate(zip(items, ks)) if k is None and (not inside or i < inside[0])]
+        for j in range(stack.count):
+            rep = 0 if j == 0 else KEEP - 1 if j == stack.count - 1 else 1
+            out += [rebuild(it, j) for it, k in zip(items, ks) if k == rep]
+        return out + [it for i, (it, k) in enumerate(zip(items, ks)) if k is None and inside and i > inside[-1]]
 
     groups = spread(tpp.groups, lambda g: g.column + g.row,
                     lambda g, j: replace(g, column=at(g.column, j), row=at(g.row, j), shared=at(g.shared, j), nodes=[]))
-    groups = [replace(g, nodes=[]) for g in groups]  # those outside the stack too
     refused = spread(tpp.refused, lambda r: r[0], lambda r, j: (at(r[0], j), r[1]))
-    return TensorParallelPlan(groups, refused, {})
+    if groups is None or refused is None:
+        return None
+    return TensorParallelPlan([replace(g, nodes=[]) for g in groups], refused, {})  # nodes: outside the stack too
