@@ -192,9 +192,11 @@ def stage_to_rank(schedule: str, ranks: int, per_rank: int | None = None) -> lis
     return out
 
 
-def _single_stage_order(schedule: str, ranks: int, m: int) -> dict[int, list[Action]]:
-    """GPipe and 1F1B as their ``_step_microbatches`` loops run them (see the module docstring)."""
-    out: dict[int, list[Action]] = {}
+@functools.lru_cache(maxsize=256)
+def _single_stage_order(schedule: str, ranks: int, m: int) -> tuple[tuple[Action, ...], ...]:
+    """GPipe and 1F1B as their ``_step_microbatches`` loops run them (see the module docstring),
+    per rank; kept, as a plan's search replays one order for every split it weighs."""
+    out: list[tuple[Action, ...]] = []
     for s in range(ranks):
         acts: list[Action] = []
         if schedule == "gpipe":
@@ -211,8 +213,8 @@ def _single_stage_order(schedule: str, ranks: int, m: int) -> dict[int, list[Act
                 acts.append(Action("F", s, f))
                 f += 1
             acts += [Action("B", s, j) for j in range(b, m)]
-        out[s] = acts
-    return out
+        out.append(tuple(acts))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -281,7 +283,7 @@ def action_order(schedule: str, ranks: int, microbatches: int, per_rank: int | N
     if SCHEDULES[schedule].per_rank == 1 and SCHEDULES[schedule].fixed:
         if schedule == "1f1b" and microbatches < ranks:
             raise UsageError(f"Schedule1F1B needs at least as many micro-batches as stages ({microbatches} < {ranks})")
-        order = _single_stage_order(schedule, int(ranks), int(microbatches))
+        order = {r: list(acts) for r, acts in enumerate(_single_stage_order(schedule, int(ranks), int(microbatches)))}
     else:
         order = {r: list(acts) for r, acts in enumerate(_torch_order(schedule, int(ranks), int(microbatches), v))}
     if not training:
