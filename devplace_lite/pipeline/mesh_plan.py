@@ -39,7 +39,9 @@ unsearched).
 
 Complexity: at most one schedule search per mesh shape and schedule, ``O(d(N)^2)`` shapes for
 ``N`` with ``d(N)`` divisors, plus ``O(n)`` per shape for its bound; the capture and the
-measurement once (on a roofline, segments of one signature priced once: `measure._signature`).
+measurement once (on a roofline, segments of one signature priced once: `measure._signature`;
+a meta-device model whose layers run one program captured from a cut of a few of them:
+`repeat`, Llama-3-70B's profile in 16 s of CPU instead of 55: ``benchmarks/meta_cluster``).
 
 Reference: Narayanan et al., "Efficient large-scale language model training on GPU clusters
 using Megatron-LM", SC 2021 (the uniform dp x tp x pp mesh); Tarnawski et al., "Piper:

@@ -155,10 +155,34 @@ class _Recorder(TorchDispatchMode):
 
 
 def fingerprint(model: nn.Module, example: Sequence[Any], stack: Stack) -> tuple[list, list[list]]:
-    """The operators outside the stack's layers and those of each layer (see the module), from
-    one forward on fake tensors. Reads of a layer's values from outside the layers count
-    layers from the last (``("layer", k)``: layer ``count - 1 - k``... as its index from the start
-    when inside a layer, the distance back)."""
+    """The operators run outside the stack's layers and those each layer runs (see the module),
+    from one forward on fake tensors.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model (meta device or not: the forward runs on fake tensors where it is on meta).
+    example : sequence of tensors
+        One micro-batch.
+    stack : Stack
+        The repeated layers (`find_stack`).
+
+    Returns
+    -------
+    tuple
+        ``(outside, layers)``: each a list of ``(operator, arguments)``, an argument described by
+        its repr or, for a tensor, ``(shape, stride, dtype, source)``; the source of a value a
+        layer made is ``("layer", d)``: ``d`` layers before the reader when a layer reads it,
+        ``d`` layers before the last when the code outside reads it.
+
+    Examples
+    --------
+    >>> net = nn.Sequential(nn.ModuleList([nn.Linear(2, 2) for _ in range(5)]))
+    >>> net.forward = lambda x: net[0][1](net[0][0](x))
+    >>> outside, layers = fingerprint(net, (torch.zeros(1, 2),), Stack("0", 5))
+    >>> layers[0] == layers[1], layers[2]
+    (False, [])
+    """
     from .capture import meta_run
 
     layers = model.get_submodule(stack.path)
@@ -269,11 +293,10 @@ def capture_repeated(model: nn.Module, example: Sequence[Any], granularity: str 
     >>> capture_repeated(net, (torch.randn(2, 4),)).names
     ['0', '1']
     """
-    from .capture import _run_in_order, capture, meta_run, on_meta, without_cache
+    from .capture import _run_in_order, capture, meta_run, on_meta
     from .measure import _grads, _signature
 
     example = tuple(example)
-    without_cache(model)
     stack = find_stack(model) if example and on_meta(model, example) else None
     if stack is None or not _same_program(model, example, stack):
         return capture(model, example, granularity)
