@@ -254,9 +254,12 @@ def layer_map(names: Sequence[str], stack: Stack) -> list[tuple[int, int | None]
 def _same_program(model: nn.Module, example: Sequence[Any], stack: Stack) -> bool:
     """Whether the cut model runs the whole model's program outside the layers, in layer 0 and
     in every other layer (see the module)."""
-    outside, layers = fingerprint(model, example, stack)
-    with truncated(model, stack) as cut:
-        cut_outside, cut_layers = fingerprint(cut, example, Stack(stack.path, KEEP))
+    try:
+        outside, layers = fingerprint(model, example, stack)
+        with truncated(model, stack) as cut:
+            cut_outside, cut_layers = fingerprint(cut, example, Stack(stack.path, KEEP))
+    except Exception:  # noqa: BLE001 - a model that does not run cut (or recorded): capture it whole
+        return False
     rest = layers[1:] + cut_layers[1:]
     return outside == cut_outside and layers[0] == cut_layers[0] and all(r == rest[0] for r in rest)
 
@@ -294,14 +297,18 @@ def capture_repeated(model: nn.Module, example: Sequence[Any], granularity: str 
     ['0', '1']
     """
     from .capture import _run_in_order, capture, meta_run, on_meta
+    from ..errors import GraphError
     from .measure import _grads, _signature
 
     example = tuple(example)
     stack = find_stack(model) if example and on_meta(model, example) else None
     if stack is None or not _same_program(model, example, stack):
         return capture(model, example, granularity)
-    with truncated(model, stack):
-        cut = capture(model, example, granularity)
+    try:
+        with truncated(model, stack):
+            cut = capture(model, example, granularity)
+    except GraphError:  # the cut model does not capture: the whole one says why, if it fails too
+        return capture(model, example, granularity)
     where = layer_map(cut.names, stack)
     if cut.wiring is not None or where is None:
         return capture(model, example, granularity)
