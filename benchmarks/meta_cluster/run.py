@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
+    from devplace_lite.errors import GraphError
     from devplace_lite.pipeline import mesh_plan, repeat
     from devplace_lite.zoo import external
 
@@ -53,16 +54,21 @@ def main(argv: list[str] | None = None) -> dict:
     degrees = [t for t in tpp.degrees() if a.devices % t == 0]
     for memory in (None, 80e9):
         c0 = time.process_time()
-        p = mesh_plan.plan_mesh(graph, shares, devices=a.devices, degrees=degrees, microbatches=batch, batch=batch,
-                                memory=memory, spec=a.spec)
-        rec["plans"].append({"memory": memory, "plan_cpu_s": round(time.process_time() - c0, 2),
-                             "dp": p.dp, "pp": max(p.stage_of) + 1 if p.stage_of else 1, "tp": p.tp,
-                             "status": p.mesh["status"], "step_ms": round(p.mesh["step_ms"], 3),
-                             "shapes": len(p.mesh["tried"])})
-        print(json.dumps(rec["plans"][-1]), flush=True)
+        try:
+            p = mesh_plan.plan_mesh(graph, shares, devices=a.devices, degrees=degrees, microbatches=batch,
+                                    batch=batch, memory=memory, spec=a.spec)
+        except GraphError as e:  # no shape fits the memory model: the answer, with its time
+            rec["plans"].append({"memory": memory, "plan_cpu_s": round(time.process_time() - c0, 2),
+                                 "refused": str(e)})
+        else:
+            rec["plans"].append({"memory": memory, "plan_cpu_s": round(time.process_time() - c0, 2),
+                                 "dp": p.dp, "pp": max(p.stage_of) + 1 if p.stage_of else 1, "tp": p.tp,
+                                 "status": p.mesh["status"], "step_ms": round(p.mesh["step_ms"], 3),
+                                 "shapes": len(p.mesh["tried"])})
+        print(json.dumps({"profile_cpu_s": rec["profile_cpu_s"], **rec["plans"][-1]}), flush=True)
     rec["load"] = [round(x, 2) for x in os.getloadavg()]
     rec["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(json.dumps(rec))
+    print(json.dumps(rec), flush=True)
     if a.out is not None:
         rows = json.loads(a.out.read_text()) if a.out.exists() else []
         a.out.write_text(json.dumps(rows + [rec], indent=1) + "\n")
