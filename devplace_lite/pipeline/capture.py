@@ -108,6 +108,9 @@ class Capture:
     #: Values made contiguous to cross a boundary (the receiving segment's placeholder name) ->
     #: the strides the model gave them, which a stage holding both segments keeps (export route).
     layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: Made from a capture of the model cut to a few of its repeated layers
+    #: (`devplace_lite.pipeline.repeat.Cut`), else None.
+    repeated: Any = None
 
     @property
     def num_segments(self) -> int:

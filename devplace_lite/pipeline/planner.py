@@ -423,6 +423,7 @@ def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool
     notes. ``action_ms``: what a pass pays per message it exchanges (see `plan`), kept with the segments."""
     from .capture import capture as capture_model
     from .measure import measure_segments
+    from .repeat import capture_repeated
     from .segments import segment_graph
 
     if not (action_ms >= 0 and math.isfinite(action_ms)):
@@ -430,7 +431,8 @@ def segment_profile(model: Any, inputs: tuple, microbatches: int, training: bool
     batch = int(inputs[0].shape[0])
     micro = tuple(t[: batch // microbatches] for t in inputs)
     t0 = time.perf_counter()
-    cap = capture_model(model, micro, granularity)
+    # on a roofline the repeated layers of a model on the meta device are captured once (`repeat`)
+    cap = capture_model(model, micro, granularity) if spec is None else capture_repeated(model, micro, granularity)
     t1 = time.perf_counter()
     left = None if budget is None else budget.left()
     deadline = None if left is None else time.monotonic() + (0.0 if budget.spent() else share * left)

@@ -192,9 +192,11 @@ def stage_to_rank(schedule: str, ranks: int, per_rank: int | None = None) -> lis
     return out
 
 
-def _single_stage_order(schedule: str, ranks: int, m: int) -> dict[int, list[Action]]:
-    """GPipe and 1F1B as their ``_step_microbatches`` loops run them (see the module docstring)."""
-    out: dict[int, list[Action]] = {}
+@functools.lru_cache(maxsize=256)
+def _single_stage_order(schedule: str, ranks: int, m: int) -> tuple[tuple[Action, ...], ...]:
+    """GPipe and 1F1B as their ``_step_microbatches`` loops run them (see the module docstring),
+    per rank; kept, as a plan's search replays one order for every split it weighs."""
+    out: list[tuple[Action, ...]] = []
     for s in range(ranks):
         acts: list[Action] = []
         if schedule == "gpipe":
@@ -211,8 +213,8 @@ def _single_stage_order(schedule: str, ranks: int, m: int) -> dict[int, list[Act
                 acts.append(Action("F", s, f))
                 f += 1
             acts += [Action("B", s, j) for j in range(b, m)]
-        out[s] = acts
-    return out
+        out.append(tuple(acts))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -281,7 +283,7 @@ def action_order(schedule: str, ranks: int, microbatches: int, per_rank: int | N
     if SCHEDULES[schedule].per_rank == 1 and SCHEDULES[schedule].fixed:
         if schedule == "1f1b" and microbatches < ranks:
             raise UsageError(f"Schedule1F1B needs at least as many micro-batches as stages ({microbatches} < {ranks})")
-        order = _single_stage_order(schedule, int(ranks), int(microbatches))
+        order = {r: list(acts) for r, acts in enumerate(_single_stage_order(schedule, int(ranks), int(microbatches)))}
     else:
         order = {r: list(acts) for r, acts in enumerate(_torch_order(schedule, int(ranks), int(microbatches), v))}
     if not training:
@@ -422,58 +424,58 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
     if len(fwd) != max(n - 1, 0) or len(bwd) != max(n - 1, 0):
         raise UsageError(f"transfer times for {len(fwd)} boundaries, the schedule has {max(n - 1, 0)}")
     ranks = sorted(order)
-    end: dict[tuple[str, int, int], float] = {}  # ("F"|"G"|"W", stage, mb): G = input gradient ready
+    # when each (stage, micro-batch) ended its forward, and its input gradient was ready (B or I),
+    # keyed stage * m + micro-batch: the inner loop below runs once per action of a step
+    m = 1 + max((a.microbatch for acts in order.values() for a in acts), default=0)
+    end_f: dict[int, float] = {}
+    end_g: dict[int, float] = {}
     free = {r: 0.0 for r in ranks}
     pos = {r: 0 for r in ranks}
     busy = {r: 0.0 for r in ranks}
     events: list[tuple[int, Action, float, float]] = []
-
-    def ready(a: Action, r: int) -> float | None:
-        s, j = a.stage, a.microbatch
-        need: list[float] = []
-        if a.kind == "F":
-            if s > 0:
-                e = end.get(("F", s - 1, j))
-                if e is None:
-                    return None
-                need.append(e + (fwd[s - 1] if stage_rank[s - 1] != r else 0.0))
-        elif a.kind in ("B", "I"):
-            e = end.get(("F", s, j))
-            if e is None:
-                return None
-            need.append(e)
-            if s < n - 1:
-                g = end.get(("G", s + 1, j))
-                if g is None:
-                    return None
-                need.append(g + (bwd[s] if stage_rank[s + 1] != r else 0.0))
-        else:  # W
-            e = end.get(("G", s, j))
-            if e is None:
-                return None
-            need.append(e)
-        return max(need, default=0.0)
-
     total = sum(len(v) for v in order.values())
     done = 0
     while done < total:
         moved = False
         for r in ranks:
-            acts = order[r]
-            while pos[r] < len(acts):
-                a = acts[pos[r]]
-                dep = ready(a, r)
-                if dep is None:
-                    break
-                start = max(free[r], dep)
-                dur = t[a.kind][a.stage]
-                free[r] = start + dur
-                busy[r] += dur
-                end[("G" if a.kind in ("B", "I") else a.kind, a.stage, a.microbatch)] = start + dur
-                events.append((r, a, start, start + dur))
-                pos[r] += 1
+            acts, p, f, b = order[r], pos[r], free[r], busy[r]
+            while p < len(acts):
+                a = acts[p]
+                s, kind = a.stage, a.kind
+                key = s * m + a.microbatch
+                if kind == "F":  # the previous stage's output, over the link where it is another rank's
+                    dep = 0.0
+                    if s > 0:
+                        e = end_f.get(key - m)
+                        if e is None:
+                            break
+                        dep = e + (fwd[s - 1] if stage_rank[s - 1] != r else 0.0)
+                elif kind in ("B", "I"):  # its own forward and the next stage's input gradient
+                    dep = end_f.get(key)
+                    if dep is None:
+                        break
+                    if s < n - 1:
+                        g = end_g.get(key + m)
+                        if g is None:
+                            break
+                        dep = max(dep, g + (bwd[s] if stage_rank[s + 1] != r else 0.0))
+                else:  # W: its input-gradient pass
+                    dep = end_g.get(key)
+                    if dep is None:
+                        break
+                start = max(f, dep)
+                dur = t[kind][s]
+                f = start + dur
+                b += dur
+                if kind == "F":
+                    end_f[key] = f
+                elif kind != "W":
+                    end_g[key] = f
+                events.append((r, a, start, f))
+                p += 1
                 done += 1
                 moved = True
+            pos[r], free[r], busy[r] = p, f, b
         if not moved:
             stuck = {r: str(order[r][pos[r]]) for r in ranks if pos[r] < len(order[r])}
             raise UsageError(f"the action order deadlocks: every rank waits ({stuck})")
