@@ -44,7 +44,8 @@ Pricing, two ways:
   and ``low = 0``), and its closure rows have an integral LP (the device IP's exit indicator,
   used before, took about four times the CPU); comm ``y_p >= |s_a - s_b|`` per
   producer-consumer pair, ``load <= T``. Its *dual bound* is ``a``, so a pricing stopped by its
-  time limit still gives a valid (weaker) bound; each pricing MIP gets `PRICE_SHARE` of the
+  time limit still gives a valid (weaker) bound; every improving solution it met, not only its
+  best, enters the master (each is a feasible set); each pricing MIP gets `PRICE_SHARE` of the
   time left (all of it after a slice that found no column), so that one hard pricing problem
   does not take the caller's whole deadline. The cores' pricing MIP runs only when the
   accelerators' finds no column or Farley's bound could pass ``k`` (``r >= rho``, the core
