@@ -44,7 +44,8 @@ Pricing, two ways:
   and ``low = 0``), and its closure rows have an integral LP (the device IP's exit indicator,
   used before, took about four times the CPU); comm ``y_p >= |s_a - s_b|`` per
   producer-consumer pair, ``load <= T``. Its *dual bound* is ``a``, so a pricing stopped by its
-  time limit still gives a valid (weaker) bound; each pricing MIP gets `PRICE_SHARE` of the
+  time limit still gives a valid (weaker) bound; every improving solution it met, not only its
+  best, enters the master (each is a feasible set); each pricing MIP gets `PRICE_SHARE` of the
   time left (all of it after a slice that found no column), so that one hard pricing problem
   does not take the caller's whole deadline. The cores' pricing MIP runs only when the
   accelerators' finds no column or Farley's bound could pass ``k`` (``r >= rho``, the core
@@ -374,13 +375,17 @@ class _Pricing:
                 m.add_row([(s[u], w) for u, w in enumerate(memory_share(d))], hi=1.0)
         self.h = m.highs(gap=PRICE_GAP)
         self.h.setOptionValue("mip_abs_gap", 1e-6)
+        # every improving solution the search met is a feasible set: the degenerate masters of
+        # memory-bound graphs converge in far fewer rounds with several columns per round
+        self.h.setOptionValue("mip_improving_solution_save", True)
         self.idx = np.asarray(s, dtype=np.int32)
         self.highspy = highspy
 
-    def price(self, pi: np.ndarray, time_limit: float) -> tuple[float, np.ndarray | None, bool]:
-        """``(a, S, done)``: ``a >=`` the largest ``pi(S)`` over the feasible sets (the MIP's
-        dual bound), ``S`` the best set found (units) or ``None``, and whether the MIP ended
-        (within `PRICE_GAP`) rather than at its time limit."""
+    def price(self, pi: np.ndarray, time_limit: float) -> tuple[float, list[np.ndarray], bool]:
+        """``(a, sets, done)``: ``a >=`` the largest ``pi(S)`` over the feasible sets (the MIP's
+        dual bound), the feasible sets the search met (units; the best first, then every
+        improving one it saved), and whether the MIP ended (within `PRICE_GAP`) rather than at
+        its time limit."""
         h = self.h
         h.changeColsCost(len(self.idx), self.idx, -np.asarray(pi, dtype=float))
         h.setOptionValue("time_limit", max(0.05, float(time_limit)))
@@ -391,11 +396,13 @@ class _Pricing:
             return 0.0, None, True
         dual = float(info.mip_dual_bound)
         a = -dual if math.isfinite(dual) else float(np.clip(pi, 0, None).sum())
-        best = None
+        sets = []
         if info.primal_solution_status == 2:
             v = np.array(h.getSolution().col_value)[self.idx]
-            best = np.flatnonzero(v > 0.5)
-        return max(a, 0.0), best, status == self.highspy.HighsModelStatus.kOptimal
+            sets.append(np.flatnonzero(v > 0.5))
+            for saved in h.getSavedMipSolutions():
+                sets.append(np.flatnonzero(np.asarray(saved.col_value)[self.idx] > 0.5))
+        return max(a, 0.0), sets, status == self.highspy.HighsModelStatus.kOptimal
 
 
 class _Master:
@@ -591,19 +598,18 @@ def _root_only(parts: _Parts, T: float, deadline: float, k: int, l: int) -> tupl
                     found += parts.keep(master, members, True)
         if found:
             continue
-        a, S, done = acc_price.price(pi, share * (deadline - time.perf_counter()))
-        added = parts.keep(master, S, False) if S is not None and pi[S].sum() > 1.0 + EPS else 0
+        a, sets, done = acc_price.price(pi, share * (deadline - time.perf_counter()))
+        added = sum(parts.keep(master, S, False) for S in sets if pi[S].sum() > 1.0 + EPS)
         # r >= rho (a core column in the basis prices at rho), so (sum pi - l rho) / a bounds
         # Farley's bound from above: a new column and no chance to refute, the core waits
         priced = not l or not added or (pi.sum() - l * rho) / max(a, EPS) > k * (1 + EPS) + EPS
-        r, C, cpu_done = (0.0, None, not l) if not (l and priced) else \
+        r, cpu_sets, cpu_done = (0.0, [], not l) if not (l and priced) else \
             cpu_price.price(pi, share * (deadline - time.perf_counter()))
         if a > 0 and priced:  # r bounds every core set's dual weight only when priced
             best = max(best, (pi.sum() - l * max(r, 0.0)) / a)
         if best > k * (1 + EPS) + EPS:
             return True, best, None
-        if C is not None and l and pi[C].sum() > rho + EPS:
-            added += parts.keep(master, C, True)
+        added += sum(parts.keep(master, C, True) for C in cpu_sets if pi[C].sum() > rho + EPS)
         if not added and done and cpu_done:  # the LP is optimal over all columns
             return False, best, None
         if not added:  # pricing stopped at its slice without a column: give it the time left
