@@ -372,7 +372,8 @@ def meta_lm(config_name: str, model_name: str, batch: int, seq: int, dtype: torc
     """A Hugging Face causal LM of any size built from ``config_name(**config)`` on the meta device
     (shapes and dtypes, no weights allocated, nothing downloaded), in ``dtype`` as such models
     train, with a meta batch of ``batch`` x ``seq`` tokens: what a laptop plans for a cluster on
-    a roofline spec (``devplace plan ... --spec H100``), as `LogitsOf` (fused attention, no cache).
+    a roofline spec (``devplace plan ... --spec H100``), as `LogitsOf` (fused attention where the
+    family has it, no cache).
 
     Examples
     --------
@@ -385,11 +386,13 @@ def meta_lm(config_name: str, model_name: str, batch: int, seq: int, dtype: torc
     tr = _require("transformers")
     cfg = getattr(tr, config_name)(**config)
     cfg.use_cache = False
+    cls = getattr(tr, model_name)
     # torch's scaled-dot-product attention, which a roofline prices as the fused kernel GPUs run
-    # (`profile.FusedAttention`): eager attention would write, upcast and save every score
-    cfg._attn_implementation = "sdpa"
+    # (`profile.FusedAttention`): eager attention would write, upcast and save every score; a
+    # family whose attention torch's kernel cannot run (Gemma 2's soft-capped scores) stays eager
+    cfg._attn_implementation = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
     with torch.device("meta"):
-        model = LogitsOf(getattr(tr, model_name)(cfg), ("input_ids",)).to(dtype)
+        model = LogitsOf(cls(cfg), ("input_ids",)).to(dtype)
     return model, (torch.zeros(batch, seq, dtype=torch.long, device="meta"),)
 
 
