@@ -23,7 +23,7 @@ from devplace_lite.errors import GraphError  # noqa: E402
 from devplace_lite.pipeline.costs import segment_costs  # noqa: E402
 from devplace_lite.pipeline.planner import plan, plan_graph  # noqa: E402
 from devplace_lite.pipeline.torchrun import launch  # noqa: E402
-from devplace_lite.schedules.search import evaluate  # noqa: E402
+from devplace_lite.schedules.search import evaluate, stage_bytes  # noqa: E402
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -115,9 +115,11 @@ def on_path(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_a_recomputed_stage_runs_with_the_same_gradients_and_fewer_saved_bytes(tmp_path, on_path, schedule):
-    """Two ranks, stage 0 recomputed: outputs and gradients equal the unsplit model's (as they
-    do without recomputation, with the same loss), rank 0's measured saved-activation peak
-    drops, rank 1's does not change, and the measured peaks (the recomputed activations of one
+    """Two ranks, stage 0 (four segments) recomputed one segment at a time: outputs and
+    gradients equal the unsplit model's (as they do without recomputation, with the same loss),
+    rank 0's measured saved-activation peak drops to its segments' inputs, rank 1's does not
+    change, what one backward holds again is one segment's activations (the forecast's within
+    5 %, well under the stage's), and the measured peaks (the recomputed activations of one
     backward counted apart) are the forecast's within 25 %."""
     model, x = plan_models.unequal(batch=8)
     p = plan(model, x, k=2, microbatches=4, schedule=schedule, model_spec="plan_models:unequal", repeats=2)
@@ -135,6 +137,11 @@ def test_a_recomputed_stage_runs_with_the_same_gradients_and_fewer_saved_bytes(t
     assert fq[0] < fp[0] and fq[1] == fp[1]
     # the recomputed activations, measured apart, are what one backward holds again
     assert rec["recompute_transient_bytes"][0] > 0 and rec["recompute_transient_bytes"][1] == 0
+    held = stage_bytes(q.costs, q.cuts)
+    assert len(q.stage_segments[0]) == 4 and rec["activation_peak_bytes"][0] <= \
+        q.simulation().stage_in_flight[0] * held["input_bytes"][0]
+    assert rec["recompute_transient_bytes"][0] == pytest.approx(held["recompute_bytes"][0], rel=0.05)
+    assert held["recompute_bytes"][0] < 0.85 * held["activation_bytes"][0]  # one segment, not the stage
     assert rec["peak_memory"][0] < base["peak_memory"][0]
     for run, fc in ((base, fp), (rec, fq)):
         assert all(abs(m - f) <= 0.25 * m for m, f in zip(run["peak_memory"], fc)), (run["peak_memory"], fc)

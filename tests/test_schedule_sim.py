@@ -251,9 +251,10 @@ def test_in_flight_counts_match_the_planners():
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_recomputation_costs_time_and_saves_memory(data):
-    """Recomputing more stages never shortens the step; where every stage's input is at most
-    its activations it never raises a rank's peak; and a rank's peak is what its own order and
-    its own stages' flags give (`rank_peaks`), whatever the times."""
+    """Recomputing more stages never shortens the step; where a stage's kept inputs and what
+    its backward holds beyond them add up to at most its activations it never raises a rank's
+    peak; and a rank's peak is what its own order and its own stages' flags give
+    (`rank_peaks`), whatever the times."""
     sched = data.draw(st.sampled_from(sorted(SCHEDULES)))
     p = data.draw(st.integers(1, 3))
     n = p * stages_per_rank(sched)
@@ -264,10 +265,12 @@ def test_recomputation_costs_time_and_saves_memory(data):
     times = _times(n, f, [a + b for a, b in zip(i, w)], i, w)
     act = data.draw(st.lists(st.integers(0, 100), min_size=n, max_size=n))
     inp = [data.draw(st.integers(0, a)) for a in act]
+    # what a backward holds beyond the inputs: one segment's activations, at most the stage's
+    again = [data.draw(st.integers(0, a - i)) for a, i in zip(act, inp)]
     static = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
     some = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
     more = [a or data.draw(st.booleans()) for a in some]  # a superset of ``some``
-    mem = dict(static_bytes=static, activation_bytes=act, input_bytes=inp, transfer_ms=tr)
+    mem = dict(static_bytes=static, activation_bytes=act, input_bytes=inp, recompute_bytes=again, transfer_ms=tr)
     try:
         plain = simulate(sched, p, m, times, **mem)
     except UsageError:
@@ -278,7 +281,7 @@ def test_recomputation_costs_time_and_saves_memory(data):
     assert all(a >= b - 1e-9 for a, b in zip(plain.rank_peak_bytes, few.rank_peak_bytes))
     assert few.recompute == some and few.stage_in_flight == plain.stage_in_flight
     order, ranks = action_order(sched, p, m), stage_to_rank(sched, p)
-    assert rank_peaks(order, ranks, static, act, inp, some)[0] == pytest.approx(few.rank_peak_bytes)
+    assert rank_peaks(order, ranks, static, act, inp, some, again)[0] == pytest.approx(few.rank_peak_bytes)
     slower = {k: [x * 3 for x in v] for k, v in times.items()}
     assert simulate(sched, p, m, slower, recompute=some, **mem).rank_peak_bytes == pytest.approx(few.rank_peak_bytes)
     # a rank whose stages' flags are unchanged keeps its peak
@@ -327,13 +330,17 @@ def test_recomputation_closed_forms_on_equal_stages(p, m):
     """Every stage recomputing, equal stages, no transfer: the step is the formula's with each
     backward one forward longer, ``(m + p - 1)(2 t_F + t_B)``; a rank's peak is its static bytes
     plus ``(c - 1)`` inputs and one micro-batch's activations, ``c`` the micro-batches in flight
-    (``m`` under GPipe, ``min(m, p - s)`` under 1F1B)."""
+    (``m`` under GPipe, ``min(m, p - s)`` under 1F1B); recomputed one segment at a time, ``c``
+    inputs and what one segment holds beyond its input."""
     tf, tb, static, act, inp = 1.0, 2.0, 100.0, 40.0, 8.0
     mem = dict(static_bytes=[static] * p, activation_bytes=[act] * p, input_bytes=[inp] * p, recompute=[True] * p)
     for sched, fly in (("gpipe", lambda s: m), ("1f1b", lambda s: min(m, p - s))):
         sim = simulate(sched, p, m, {"F": [tf] * p, "B": [tb] * p}, **mem)
         assert sim.step_ms == pytest.approx((m + p - 1) * (2 * tf + tb))
         assert sim.rank_peak_bytes == pytest.approx([static + (fly(s) - 1) * inp + act for s in range(p)])
+        # per segment: every micro-batch's segment inputs kept, one segment's activations beyond them
+        seg = simulate(sched, p, m, {"F": [tf] * p, "B": [tb] * p}, recompute_bytes=[act / 4] * p, **mem)
+        assert seg.rank_peak_bytes == pytest.approx([static + fly(s) * inp + act / 4 for s in range(p)])
     zb = simulate("zbv", p, m, _times(2 * p, [tf] * 2 * p, [tb] * 2 * p), recompute=[True] * 2 * p,
                   activation_bytes=[act] * 2 * p, input_bytes=[inp] * 2 * p)
     plain = simulate("zbv", p, m, _times(2 * p, [tf] * 2 * p, [tb] * 2 * p), activation_bytes=[act] * 2 * p)

@@ -213,14 +213,15 @@ class PipelinePlan(PlanAnswer):
 
     def stage_memory(self) -> list[dict[str, float]]:
         """Peak bytes of each stage under the schedule, by part (see the module docstring); the
-        micro-batches in flight are the replay's. A recomputing stage keeps its input per
-        micro-batch in flight and one micro-batch's whole activations during a backward."""
+        micro-batches in flight are the replay's. A recomputing stage keeps its segments' inputs
+        per micro-batch in flight and, during a backward, one segment's activations beyond them
+        (`devplace_lite.schedules.search.stage_bytes`)."""
         from ..schedules.search import stage_bytes
 
         seg = self.graph.meta["segments"]
         params, grads = self._sum(seg["param_bytes"]), self._sum(seg["grad_bytes"])
         held = stage_bytes(self.costs, self.cuts)
-        acts, inputs = held["activation_bytes"], held["input_bytes"]
+        acts, inputs, again = held["activation_bytes"], held["input_bytes"], held["recompute_bytes"]
         flying = self.simulation().stage_in_flight
         rec = self.recompute_flags
         out = []
@@ -228,7 +229,7 @@ class PipelinePlan(PlanAnswer):
             g = grads[s] if self.training else 0.0
             opt = OPTIMIZERS[self.optimizer] * g
             n = flying[s]
-            held = n * acts[s] if not rec[s] else (n - 1) * inputs[s] + max(inputs[s], acts[s])
+            held = n * acts[s] if not rec[s] else n * inputs[s] + again[s]
             out.append({"parameters": params[s], "gradients": g, "optimizer": opt, "microbatches_in_flight": n,
                         "activations_per_microbatch": acts[s], "input_per_microbatch": inputs[s],
                         "recompute": rec[s], "peak": params[s] + g + opt + held})

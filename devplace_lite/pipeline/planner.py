@@ -33,8 +33,9 @@ How
    the way out.
    Activation recomputation (``recompute="auto"``, the default, with a memory cap): a split
    over the cap may still fit when some stages recompute their activations in their backward
-   (torch.utils.checkpoint around the stage's module in the run): such a stage keeps only its
-   input per micro-batch in flight and pays one more forward per backward. The search chooses
+   (torch.utils.checkpoint around each of the stage's segments in the run): such a stage keeps
+   only its segments' inputs per micro-batch in flight, recomputes one segment at a time and
+   pays one more forward per backward. The search chooses
    the flags per stage with the split, exactly (`devplace_lite.schedules.search`: a dominance,
    recompute only on ranks that need it, among their minimal fitting sets); a plan that fits
    only so says it in its notes and in ``recompute`` (per stage) and ``stage_memory[s]``.
@@ -258,13 +259,13 @@ def plan_graph(graph: Graph, *, k: int, microbatches: int = 4, schedule: str = "
             + f"; least_ranks={k} (devplace plan --all-ranks) plans {k} stages")
     if plan.recompute and recompute == "all":
         plan.notes.append("every stage recomputes its activations, as asked: their backwards run their forward again "
-                          "(torch.utils.checkpoint in the run), and they keep only their input per micro-batch in "
-                          "flight")
+                          "(torch.utils.checkpoint around each segment in the run), and they keep only their "
+                          "segments' inputs per micro-batch in flight")
     elif plan.recompute:
         plan.notes.append(f"fits {memory:.0f} bytes per device only with activation recomputation on stage(s) "
                           f"{[s for s, x in enumerate(plan.recompute) if x]}: their backwards run their forward again "
-                          "(torch.utils.checkpoint in the run), and they keep only their input per micro-batch in "
-                          "flight")
+                          "(torch.utils.checkpoint around each segment in the run), and they keep only their "
+                          "segments' inputs per micro-batch in flight")
     if start is None:  # the bottleneck method found nothing under the conservative memory form: score the split
         plan.result = scored(plan, found.stage_of, method)
     return plan

@@ -25,7 +25,7 @@ made), builds the model and hands rank 0's weights and inputs to every rank
   and cuts it to the same nodes (`own_split`), each stage a manual ``PipelineStage`` with its
   shapes given (`stage_shapes`).
 
-A stage the plan marks in ``recompute`` runs under checkpoint
+A stage the plan marks in ``recompute`` runs each of its segments under checkpoint
 (`devplace_lite.pipeline.activations.Recompute`). Every action a stage runs is timed on the
 rank's thread (`_instrument`, which also hands on contiguous tensors, as gloo needs); saved
 activations are counted in the first step only (the counting hooks cost CPU time); replicated
@@ -240,7 +240,10 @@ def main(plan_path: str | Path, split_spec: dict | None = None, argv: Sequence[s
         record: list = []
         split_backward = SCHEDULES[plan["schedule"]].split_backward
         recompute = plan.get("recompute") or [False] * n_stages
-        again = [Recompute(st.submod) for st in stages if training and recompute[st.stage_index]]
+        names, segs = plan.get("segment_names") or [], plan.get("stage_segments") or []
+        inner = [[names[i] for i in segs[s][1:]] if s < len(segs) and names else [] for s in range(n_stages)]
+        again = [Recompute(st.submod, inner[st.stage_index]) for st in stages
+                 if training and recompute[st.stage_index]]
         seen: dict | None = {} if args.check else None
         for st in stages:
             _instrument(st, record, cuda, fresh=split_backward and training, seen=seen)

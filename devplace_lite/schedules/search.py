@@ -28,7 +28,8 @@ splits, found by a DP over cut positions in ``O(S n^2)`` (`global_bound`), or th
 bound ``m W / p``, whichever is larger.
 
 Activation recomputation (``recompute="auto"``, with a memory cap): a split that does not fit
-may fit when some stages recompute their activations in the backward (torch.utils.checkpoint;
+may fit when some stages recompute their activations in the backward (torch.utils.checkpoint
+around each segment, one at a time; `stage_bytes` gives what such a stage keeps and
 `devplace_lite.schedules.simulate` models its time and memory). The choice per split is exact
 by a dominance, not by trying all ``2^S`` flag vectors: a rank's peak depends on its own
 stages' flags only (`rank_peaks`: it follows the rank's own action order, whatever the times),
@@ -84,8 +85,9 @@ class SegmentCosts:
     the transfer time of a cut after segment ``i`` (forward; ``cut_back_ms`` the gradients');
     ``step_bytes``: what the last stage holds for the whole step (outputs and targets);
     ``cut_bytes[i]``: the bytes of one micro-batch crossing a cut after segment ``i`` and
-    ``first_input_bytes`` the model inputs the first stage reads (a stage's input: what it keeps
-    per micro-batch when it recomputes its activations); ``input_ms`` and ``weight_ms``: torch's
+    ``first_input_bytes`` the model inputs the first stage reads (a recomputing stage keeps, per
+    micro-batch, what crosses into each of its segments: its input and its inner cuts);
+    ``input_ms`` and ``weight_ms``: torch's
     input- and weight-gradient passes, measured (without ``weight_ms``, W is B - I; without
     either, I and W are half of B each); ``action_ms``: what a forward or backward (or
     input-gradient) pass pays on the wall clock beyond its own time per message it exchanges
@@ -260,13 +262,23 @@ def _cut_times(c: SegmentCosts, cuts: Sequence[int]) -> tuple[list[float], list[
 
 def stage_bytes(c: SegmentCosts, cuts: Sequence[int]) -> dict[str, list[float]]:
     """Per stage of the split at ``cuts``: ``static_bytes`` (the last stage's step bytes
-    included), ``activation_bytes`` and ``input_bytes`` (one micro-batch), as `simulate` takes them.
+    included), ``activation_bytes``, ``input_bytes`` and ``recompute_bytes`` (one micro-batch),
+    as `simulate` takes them. A recomputing stage checkpoints each of its segments: it keeps
+    the inputs of every segment (its input and what crosses each inner cut; a value read
+    further on counts at every cut it crosses, though the run keeps it once: an upper bound),
+    and its backward recomputes one segment at a time, holding beyond them the largest
+    segment's activations less that segment's input (which they hold where its first operator
+    saves it).
 
     Examples
     --------
     >>> c = SegmentCosts([1, 1], [2, 2], activation_bytes=[8, 6], cut_bytes=[3], first_input_bytes=2)
-    >>> stage_bytes(c, [1])["input_bytes"]
-    [2.0, 3.0]
+    >>> b = stage_bytes(c, [1])
+    >>> b["input_bytes"], b["recompute_bytes"]
+    ([2.0, 3.0], [6.0, 3.0])
+    >>> b = stage_bytes(c, [])  # one stage: the inputs of both segments kept, the larger recomputed
+    >>> b["input_bytes"], b["recompute_bytes"]
+    ([5.0], [6.0])
     >>> c = SegmentCosts([1, 1], [2, 2], activation_bytes=[8, 6], shared_saves=[(4, [0, 1])])
     >>> stage_bytes(c, [])["activation_bytes"], stage_bytes(c, [1])["activation_bytes"]
     ([10.0], [8.0, 6.0])
@@ -281,10 +293,16 @@ def stage_bytes(c: SegmentCosts, cuts: Sequence[int]) -> dict[str, list[float]]:
         inside = ((b, sum(1 for x in segs if i <= x < j)) for b, segs in c.shared_saves or ())
         return float(sum(b * (k - 1) for b, k in inside if k > 1))
 
+    def into(k: int) -> float:
+        """What crosses into segment ``k`` (the model's inputs into the first)."""
+        return float(c.first_input_bytes) if k == 0 else (float(c.cut_bytes[k - 1]) if c.cut_bytes is not None
+                                                          else 0.0)
+
+    act = c.activation_bytes or [0.0] * c.n
     return {"static_bytes": [ps[j] - ps[i] + (c.step_bytes if j == c.n else 0.0) for i, j in pairs],
             "activation_bytes": [pa[j] - pa[i] - repeats(i, j) for i, j in pairs],
-            "input_bytes": [float(c.first_input_bytes) if i == 0 else
-                            (float(c.cut_bytes[i - 1]) if c.cut_bytes is not None else 0.0) for i, _ in pairs]}
+            "input_bytes": [sum(into(k) for k in range(i, j)) for i, j in pairs],
+            "recompute_bytes": [max(max(float(act[k]) - into(k), 0.0) for k in range(i, j)) for i, j in pairs]}
 
 
 def evaluate(c: SegmentCosts, cuts: Sequence[int], schedule: str, ranks: int, microbatches: int,

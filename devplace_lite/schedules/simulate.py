@@ -43,16 +43,19 @@ peak depends only on its own stages (the recomputation choice below rests on thi
 
 Activation recomputation
 ------------------------
-A stage that recomputes (``recompute[s]``, torch.utils.checkpoint around its module) keeps
-only its input (``input_bytes[s]``) per micro-batch from its forward to the backward that
-frees it; its backward first runs the forward again, which costs one more ``F`` (``B + F``;
-with a split backward the recomputation goes before the input-gradient pass: ``I + F``, ``W``
-unchanged) and holds the micro-batch's whole activations, ``max(input, activations)`` bytes
-(the activations hold the input when the stage's first operator saves it), from the start
-of that backward (``B`` or ``I``) to its end (``B`` or ``W``: the recomputed graph serves the
-weight pass too). So recomputation never shortens a step (times only grow) and, where a
-stage's input is no larger than its activations, never raises a rank's peak: with ``c``
-micro-batches in flight it holds ``(c - 1) input + activations <= c activations``.
+A stage that recomputes (``recompute[s]``, torch.utils.checkpoint around each of its
+segments, one layer at a time as Megatron-LM and torchtitan's full activation checkpointing
+do) keeps only its segments' inputs (``input_bytes[s]``) per micro-batch from its forward to
+the backward that frees them; its backward first runs the forward again, which costs one more
+``F`` (``B + F``; with a split backward the recomputation goes before the input-gradient
+pass: ``I + F``, ``W`` unchanged), one segment at a time, and holds beyond the kept inputs one
+segment's activations (``recompute_bytes[s]``: the most a segment's activations exceed its
+input, which they hold when its first operator saves it; by default ``activations - input``,
+the stage one segment) from the start of that backward (``B`` or ``I``) to its end (``B`` or
+``W``: the recomputed graph serves the weight pass too). So recomputation never shortens a
+step (times only grow) and, where each segment's input is no larger than its activations,
+never raises a rank's peak: with ``c`` micro-batches in flight it holds ``c inputs +
+recompute_bytes <= c activations``.
 
 What a message costs
 --------------------
@@ -377,7 +380,7 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
            transfer_ms: Sequence[float] | None = None, transfer_back_ms: Sequence[float] | None = None,
            static_bytes: Sequence[float] | None = None, activation_bytes: Sequence[float] | None = None,
            input_bytes: Sequence[float] | None = None, recompute: Sequence[bool] | None = None,
-           message_ms: float = 0.0) -> Simulation:
+           recompute_bytes: Sequence[float] | None = None, message_ms: float = 0.0) -> Simulation:
     """Replay a per-rank action ``order`` (see the module docstring).
 
     Parameters
@@ -394,9 +397,14 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
     static_bytes, activation_bytes : sequence of float, optional
         Per stage: weights + gradients + optimizer state; saved activations of one micro-batch.
     input_bytes : sequence of float, optional
-        Per stage: its input of one micro-batch, what a recomputing stage keeps (zero by default).
+        Per stage: what a recomputing stage keeps of one micro-batch, the inputs of its
+        segments (zero by default).
     recompute : sequence of bool, optional
         Per stage: recompute its activations in its backward (none by default; training only).
+    recompute_bytes : sequence of float, optional
+        Per stage: what a recomputing backward holds beyond the kept inputs, its largest
+        segment's activations beyond that segment's input (by default ``activation_bytes -
+        input_bytes``, at least 0: the stage recomputed as one segment).
     message_ms : float
         What a pass pays per message it exchanges with another rank, beyond its own time (see
         the module docstring; zero by default). A recomputing pass pays it once.
@@ -480,7 +488,7 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
             stuck = {r: str(order[r][pos[r]]) for r in ranks if pos[r] < len(order[r])}
             raise UsageError(f"the action order deadlocks: every rank waits ({stuck})")
     step = max((e for *_, e in events), default=0.0)
-    peaks, flying = rank_peaks(order, stage_rank, static_bytes, activation_bytes, input_bytes, rec)
+    peaks, flying = rank_peaks(order, stage_rank, static_bytes, activation_bytes, input_bytes, rec, recompute_bytes)
     events.sort(key=lambda ev: (ev[2], ev[0]))
     return Simulation(step_ms=step, rank_busy_ms=[busy[r] for r in ranks],
                       rank_idle_ms=[step - busy[r] for r in ranks], rank_peak_bytes=peaks, events=events,
@@ -488,33 +496,38 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
 
 
 def _stage_memory(n: int, static_bytes: Sequence[float] | None, activation_bytes: Sequence[float] | None,
-                  input_bytes: Sequence[float] | None) -> tuple[list[float], list[float], list[float]]:
+                  input_bytes: Sequence[float] | None, recompute_bytes: Sequence[float] | None = None
+                  ) -> tuple[list[float], list[float], list[float], list[float]]:
     static = [0.0] * n if static_bytes is None else [float(x) for x in static_bytes]
     act = [0.0] * n if activation_bytes is None else [float(x) for x in activation_bytes]
     inp = [0.0] * n if input_bytes is None else [float(x) for x in input_bytes]
-    if len(static) != n or len(act) != n or len(inp) != n:
-        raise UsageError(f"memory for {len(static)}/{len(act)}/{len(inp)} stage(s), the schedule has {n}")
-    return static, act, inp
+    # the default: the stage recomputed as one segment, its input among its activations
+    again = [max(a - i, 0.0) for a, i in zip(act, inp)] if recompute_bytes is None else \
+        [float(x) for x in recompute_bytes]
+    if len(static) != n or len(act) != n or len(inp) != n or len(again) != n:
+        raise UsageError(f"memory for {len(static)}/{len(act)}/{len(inp)}/{len(again)} stage(s), "
+                         f"the schedule has {n}")
+    return static, act, inp, again
 
 
-def _allocations(actions: Sequence[Action], act: Sequence[float], inp: Sequence[float], rec: Sequence[bool],
-                 training: bool):
+def _allocations(actions: Sequence[Action], act: Sequence[float], inp: Sequence[float], again: Sequence[float],
+                 rec: Sequence[bool], training: bool):
     """Per action of one rank, in its order: ``(action, bytes taken when it starts, bytes
     given back when it ends)`` (see the module docstring)."""
     for a in actions:
         s = a.stage
         kept = inp[s] if rec[s] else act[s]  # per micro-batch, forward to backward
-        whole = max(inp[s], act[s]) if rec[s] else act[s]  # during a recomputing backward
+        extra = again[s] if rec[s] else 0.0  # on top of it during a recomputing backward
         if a.kind == "F":  # inference keeps one micro-batch's activations while it runs
             yield a, (kept if training else act[s]), (0.0 if training else act[s])
-        else:  # the recomputation runs first and holds the whole activations; I keeps the graph for W
-            yield a, (whole - kept if a.kind in ("B", "I") else 0.0), (whole if a.kind in ("B", "W") else 0.0)
+        else:  # the recomputation runs first, one segment at a time; I keeps the graph for W
+            yield a, (extra if a.kind in ("B", "I") else 0.0), (kept + extra if a.kind in ("B", "W") else 0.0)
 
 
 def rank_peaks(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int],
                static_bytes: Sequence[float] | None = None, activation_bytes: Sequence[float] | None = None,
-               input_bytes: Sequence[float] | None = None, recompute: Sequence[bool] | None = None
-               ) -> tuple[list[float], list[int]]:
+               input_bytes: Sequence[float] | None = None, recompute: Sequence[bool] | None = None,
+               recompute_bytes: Sequence[float] | None = None) -> tuple[list[float], list[int]]:
     """Each rank's peak bytes (ranks in sorted order) and each stage's most micro-batches in
     flight, from the ranks' action order alone (see the module docstring: a rank runs its
     actions one at a time, so its allocations and frees come in that order whatever the times).
@@ -528,7 +541,7 @@ def rank_peaks(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int],
     ([14.0, 10.0], [2, 1])
     """
     n = len(stage_rank)
-    static, act, inp = _stage_memory(n, static_bytes, activation_bytes, input_bytes)
+    static, act, inp, again = _stage_memory(n, static_bytes, activation_bytes, input_bytes, recompute_bytes)
     training = any(a.kind != "F" for acts in order.values() for a in acts)
     rec = _flags(recompute, n) if training else [False] * n
     out = []
@@ -536,7 +549,7 @@ def rank_peaks(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int],
     count = [0] * n
     for r in sorted(order):
         live = peak = 0.0
-        for a, take, give in _allocations(order[r], act, inp, rec, training):
+        for a, take, give in _allocations(order[r], act, inp, again, rec, training):
             live += take
             peak = max(peak, live)
             live -= give
@@ -550,8 +563,8 @@ def rank_peaks(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int],
 
 
 def rank_memory(sim: Simulation, stage_rank: Sequence[int], static_bytes: Sequence[float] | None = None,
-                activation_bytes: Sequence[float] | None = None, input_bytes: Sequence[float] | None = None
-                ) -> list[list[tuple[float, float]]]:
+                activation_bytes: Sequence[float] | None = None, input_bytes: Sequence[float] | None = None,
+                recompute_bytes: Sequence[float] | None = None) -> list[list[tuple[float, float]]]:
     """Each rank's bytes over the step of a replayed ``sim``: the corners ``(ms, bytes)`` of a
     step function, from 0 to the step's end. An action takes its bytes when it starts and gives
     back what it frees when it ends (`rank_peaks`' rules, on the replay's clock); the stages'
@@ -562,7 +575,7 @@ def rank_memory(sim: Simulation, stage_rank: Sequence[int], static_bytes: Sequen
     sim : Simulation
         A replay (`simulate`, `replay`) of the stages ``stage_rank``; its recomputation flags apply.
     stage_rank : sequence of int
-    static_bytes, activation_bytes, input_bytes : sequence of float, optional
+    static_bytes, activation_bytes, input_bytes, recompute_bytes : sequence of float, optional
         Per stage, as `replay` takes them.
 
     Returns
@@ -582,7 +595,7 @@ def rank_memory(sim: Simulation, stage_rank: Sequence[int], static_bytes: Sequen
     [(0.0, 0.0), (1.0, 0.0), (1.0, 10.0), (2.0, 10.0), (2.0, 20.0), (5.0, 20.0), (5.0, 10.0), (7.0, 10.0), (7.0, 0.0), (9.0, 0.0)]
     """
     n = len(stage_rank)
-    static, act, inp = _stage_memory(n, static_bytes, activation_bytes, input_bytes)
+    static, act, inp, again = _stage_memory(n, static_bytes, activation_bytes, input_bytes, recompute_bytes)
     training = any(a.kind != "F" for _, a, _, _ in sim.events)
     rec = list(sim.recompute) if sim.recompute else [False] * n
     out = []
@@ -590,8 +603,8 @@ def rank_memory(sim: Simulation, stage_rank: Sequence[int], static_bytes: Sequen
         events = [(a, s, e) for rank, a, s, e in sim.events if rank == r]  # in start order: the rank's order
         live = sum(static[s] for s in range(n) if stage_rank[s] == r)
         points = [(0.0, live)]
-        for (a, start, end), (_, take, give) in zip(events, _allocations([a for a, _, _ in events], act, inp, rec,
-                                                                         training)):
+        for (a, start, end), (_, take, give) in zip(events, _allocations([a for a, _, _ in events], act, inp, again,
+                                                                         rec, training)):
             if take:
                 points += [(start, live), (start, live + take)]
                 live += take
@@ -606,7 +619,8 @@ def simulate(schedule: str, ranks: int, microbatches: int, times: Mapping[str, S
              per_rank: int | None = None, training: bool = True, transfer_ms: Sequence[float] | None = None,
              transfer_back_ms: Sequence[float] | None = None, static_bytes: Sequence[float] | None = None,
              activation_bytes: Sequence[float] | None = None, input_bytes: Sequence[float] | None = None,
-             recompute: Sequence[bool] | None = None, message_ms: float = 0.0) -> Simulation:
+             recompute: Sequence[bool] | None = None, recompute_bytes: Sequence[float] | None = None,
+             message_ms: float = 0.0) -> Simulation:
     """`replay` of ``schedule``'s torch order on ``ranks`` ranks (see `action_order`, `stage_to_rank`).
 
     Examples
@@ -618,7 +632,8 @@ def simulate(schedule: str, ranks: int, microbatches: int, times: Mapping[str, S
     order = action_order(schedule, ranks, microbatches, per_rank, training)
     return replay(order, stage_to_rank(schedule, ranks, per_rank), times, transfer_ms=transfer_ms,
                   transfer_back_ms=transfer_back_ms, static_bytes=static_bytes, activation_bytes=activation_bytes,
-                  input_bytes=input_bytes, recompute=recompute, message_ms=message_ms)
+                  input_bytes=input_bytes, recompute=recompute, recompute_bytes=recompute_bytes,
+                  message_ms=message_ms)
 
 
 def run_events(events: Sequence[Sequence[Sequence[Any]]]) -> list[tuple[int, Action, float, float]]:
