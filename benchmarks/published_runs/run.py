@@ -153,13 +153,13 @@ def measure(names: list[str] | None = None, free_seconds: float | None = None) -
                           optimizer="mixed-adam", spec=gpu)
             c1 = _cpu()
             # the published configuration ran, so it fits: it is forecast without the memory cap,
-            # which the cost model's memory (activations whole under tensor parallelism) may
-            # refuse (`fits` says whether)
+            # which the cost model's memory (a stage's activations whole under tensor parallelism)
+            # may refuse (`fits` says whether, from the replay's peaks: the last rank's step bytes too)
             # the runs whose paper counts FLOPs with Megatron-LM's formula recomputed every layer, as the
             # formula says: their configuration recomputes on every stage
             fixed = plan_mesh(graph, shares, degrees=[run["tp"]], fixed={"dp": dp, "pp": run["pp"], "tp": run["tp"]},
                               recompute="all" if run["flops"] == "megatron" else "auto", **{**common, "memory": None})
-            fits = max(m["peak"] for m in fixed.stage_memory()) <= MEMORY
+            fits = max(fixed.simulation().rank_peak_bytes) <= MEMORY
             c2 = _cpu()
             try:
                 free = plan_mesh(graph, shares, degrees=[t for t in tpp.degrees() if run["gpus"] % t == 0],

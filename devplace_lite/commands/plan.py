@@ -29,8 +29,8 @@ them here, which plans a GPU pipeline on a laptop; ``auto`` tries every schedule
 forecast step within ``--memory``.
 
 Under ``--memory``, ``--recompute auto`` (the default) lets a stage recompute its activations in
-its backward (torch.utils.checkpoint in the run: it keeps only its input per micro-batch and
-pays one more forward per backward) where that is what makes its rank fit: the flags are
+its backward (torch.utils.checkpoint around each of its segments in the run: it keeps only
+their inputs per micro-batch and pays one more forward per backward) where that is what makes its rank fit: the flags are
 chosen with the split, exactly (the least forecast step over splits and flags that fit; with
 ``--schedule auto`` also over schedules and micro-batch counts). The plan says which stages
 recompute (``recompute`` and ``stage_memory[s].recompute`` in plan.json, and a note);
