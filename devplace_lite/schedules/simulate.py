@@ -99,6 +99,7 @@ Example
 from __future__ import annotations
 
 import functools
+import operator
 import types
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Sequence
@@ -376,6 +377,10 @@ def _flags(recompute: Sequence[bool] | None, n: int) -> list[bool]:
     return [bool(x) for x in recompute]
 
 
+#: A replay's events (rank, action, start, end) in order of start, then rank.
+_BY_START = operator.itemgetter(2, 0)
+
+
 def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], times: Mapping[str, Sequence[float]], *,
            transfer_ms: Sequence[float] | None = None, transfer_back_ms: Sequence[float] | None = None,
            static_bytes: Sequence[float] | None = None, activation_bytes: Sequence[float] | None = None,
@@ -466,12 +471,14 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
                         g = end_g.get(key + m)
                         if g is None:
                             break
-                        dep = max(dep, g + (bwd[s] if stage_rank[s + 1] != r else 0.0))
+                        g += bwd[s] if stage_rank[s + 1] != r else 0.0
+                        if g > dep:  # max(dep, g), without the call: this loop is the search's cost
+                            dep = g
                 else:  # W: its input-gradient pass
                     dep = end_g.get(key)
                     if dep is None:
                         break
-                start = max(f, dep)
+                start = f if f >= dep else dep
                 dur = t[kind][s]
                 f = start + dur
                 b += dur
@@ -489,7 +496,7 @@ def replay(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int], tim
             raise UsageError(f"the action order deadlocks: every rank waits ({stuck})")
     step = max((e for *_, e in events), default=0.0)
     peaks, flying = rank_peaks(order, stage_rank, static_bytes, activation_bytes, input_bytes, rec, recompute_bytes)
-    events.sort(key=lambda ev: (ev[2], ev[0]))
+    events.sort(key=_BY_START)
     return Simulation(step_ms=step, rank_busy_ms=[busy[r] for r in ranks],
                       rank_idle_ms=[step - busy[r] for r in ranks], rank_peak_bytes=peaks, events=events,
                       stage_in_flight=flying, recompute=rec)
@@ -551,11 +558,13 @@ def rank_peaks(order: Mapping[int, Sequence[Action]], stage_rank: Sequence[int],
         live = peak = 0.0
         for a, take, give in _allocations(order[r], act, inp, again, rec, training):
             live += take
-            peak = max(peak, live)
+            if live > peak:
+                peak = live
             live -= give
             if a.kind == "F":
                 count[a.stage] += 1
-                flying[a.stage] = max(flying[a.stage], count[a.stage])
+                if count[a.stage] > flying[a.stage]:
+                    flying[a.stage] = count[a.stage]
             if a.kind in ("B", "W") or (a.kind == "F" and not training):
                 count[a.stage] -= 1
         out.append(sum(static[s] for s in range(n) if stage_rank[s] == r) + peak)
