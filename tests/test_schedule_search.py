@@ -122,21 +122,30 @@ def _recompute_instance(data, n_lo, n_hi):
     return c
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.data())
-def test_recomputation_on_every_stage_is_exhaustively_optimal(data):
-    """``recompute="all"`` (Megatron-LM's full recomputation): the least step over every split
-    with every stage recomputing (brute force here), under a memory cap or none; every stage is
-    flagged and the bound stays below the step."""
+def _recompute_case(data):
+    """A random schedule, rank count, instance with bytes, micro-batch count and every split's
+    replay (`_all_splits`); ``None`` where torch refuses the micro-batch count."""
     schedule = data.draw(st.sampled_from(sorted(SCHEDULES)))
     v = stages_per_rank(schedule)
     ranks = data.draw(st.integers(1, 3 if v == 1 else 2))
     c = _recompute_instance(data, ranks * v, ranks * v + 2)
     m = data.draw(st.sampled_from([ranks, 2 * ranks, 3 * ranks]))
     try:
-        splits = list(_all_splits(c, schedule, ranks, m))
+        return schedule, ranks, c, m, list(_all_splits(c, schedule, ranks, m))
     except UsageError:
+        return None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_recomputation_on_every_stage_is_exhaustively_optimal(data):
+    """``recompute="all"`` (Megatron-LM's full recomputation): the least step over every split
+    with every stage recomputing (brute force here), under a memory cap or none; every stage is
+    flagged and the bound stays below the step."""
+    case = _recompute_case(data)
+    if case is None:
         return  # a count torch refuses
+    schedule, ranks, c, m, splits = case
     every = []
     for cuts, p, _ in splits:
         sim = evaluate(c, cuts, schedule, p, m, recompute=[True] * (len(cuts) + 1))
@@ -154,15 +163,10 @@ def test_recomputation_choice_is_exhaustively_optimal(data):
     """Under a memory cap, the search with recomputation allowed gives the least step over every
     split and every one of the ``2^S`` recomputation flag vectors that fits (brute force here),
     and is infeasible exactly when none fits; a plan that needs no recomputation gets none."""
-    schedule = data.draw(st.sampled_from(sorted(SCHEDULES)))
-    v = stages_per_rank(schedule)
-    ranks = data.draw(st.integers(1, 3 if v == 1 else 2))
-    c = _recompute_instance(data, ranks * v, ranks * v + 2)
-    m = data.draw(st.sampled_from([ranks, 2 * ranks, 3 * ranks]))
-    try:
-        splits = list(_all_splits(c, schedule, ranks, m))
-    except UsageError:
+    case = _recompute_case(data)
+    if case is None:
         return  # a count torch refuses
+    schedule, ranks, c, m, splits = case
     every = []  # (step, peak, flags)
     for cuts, p, _ in splits:
         s = len(cuts) + 1
