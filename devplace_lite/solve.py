@@ -56,6 +56,7 @@ from typing import Callable, Iterator
 
 from . import methods
 from .devices import Cluster
+from .errors import UsageError
 from .graph import Graph
 from .result import Result
 
@@ -300,13 +301,10 @@ def bound(graph: Graph, cluster: Cluster, method: str = "best", *, time_limit: f
         return b
 
 
-
 # -- plans: a model's (`devplace_lite.pipeline`) and Piper's format (`devplace_lite.multidim`) ---------
 def _check_limit(time_limit: float | None) -> None:
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and math.isfinite(time_limit)
                                        and time_limit > 0):
-        from .errors import UsageError
-
         raise UsageError(f"time limit must be a positive number of seconds, got {time_limit}")
 
 
@@ -348,7 +346,6 @@ def parallelize(model, devices: int | None = None, memory: float | None = None, 
     >>> r.status, r.bound == r.objective
     ('optimal', True)
     """
-    from .errors import UsageError
     from .multidim import Model, load_model
     from .multidim.plan import work_bound
 
